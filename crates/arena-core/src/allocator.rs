@@ -1,0 +1,257 @@
+//! The `Allocator` trait, ONNX Runtime's `OrtAllocator` shape, and [`PlainAllocator`], the
+//! arena-less allocator used for read-only (initializer) memory.
+
+use crate::addr_map::AddrMap;
+use crate::error::{ArenaError, Result};
+use crate::memory_info::MemoryInfo;
+use crate::memory_log::{MemoryLog, ReserveLog};
+use crate::raw::RawAllocator;
+use crate::stats::AllocatorStats;
+use crate::stream::Stream;
+use parking_lot::Mutex;
+
+/// The `OrtAllocator` version whose shape this trait follows (it has `Shrink`).
+pub const ORT_ALLOCATOR_VERSION: u32 = 25;
+
+/// An allocator as ONNX Runtime sees one. Sizes and addresses are `u64`; an address is only
+/// meaningful to the allocator that returned it. Every failed call leaves the allocator as
+/// it was.
+pub trait Allocator: Send + Sync {
+    /// Allocates `size` bytes, 256-byte aligned. `Ok(None)` only for `size == 0`.
+    fn alloc(&self, size: u64) -> Result<Option<u64>>;
+
+    /// Frees an address from `alloc`, `alloc_on_stream` or `reserve`. 0 is a no-op; an
+    /// address this allocator does not hold is [`ArenaError::UnknownPointer`].
+    fn free(&self, addr: u64) -> Result<()>;
+
+    /// Allocates `size` bytes outside any caching (initializers). `Ok(None)` for 0.
+    fn reserve(&self, size: u64) -> Result<Option<u64>>;
+
+    /// Whether [`Allocator::alloc_on_stream`] is available.
+    fn is_stream_aware(&self) -> bool {
+        false
+    }
+
+    /// Allocates `size` bytes for use on `stream`.
+    fn alloc_on_stream(&self, size: u64, stream: &Stream) -> Result<Option<u64>> {
+        let _ = (size, stream);
+        Err(ArenaError::invalid_argument(format!(
+            "the allocator for {} is not stream-aware",
+            self.info()
+        )))
+    }
+
+    /// Forgets every chunk's association with `stream` (ORT calls this at session-run end).
+    fn reset_chunks_using_stream(&self, stream: &Stream) -> Result<()> {
+        let _ = stream;
+        Ok(())
+    }
+
+    /// Which memory this allocator serves.
+    fn info(&self) -> MemoryInfo;
+
+    /// The counters, with ORT's meanings.
+    fn stats(&self) -> AllocatorStats;
+
+    /// Whether [`Allocator::shrink`] does anything.
+    fn can_shrink(&self) -> bool {
+        false
+    }
+
+    /// Returns cached memory that is wholly free to the raw allocator.
+    fn shrink(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// A snapshot of regions, chunks and reserves.
+    fn memory_log(&self) -> MemoryLog;
+
+    /// Bytes actually set aside for a live address (the chunk size for an arena).
+    fn allocated_size(&self, addr: u64) -> Result<u64>;
+
+    /// Bytes asked for at a live address.
+    fn requested_size(&self, addr: u64) -> Result<u64>;
+
+    /// Copies `data` into memory this allocator handed out; the whole range must lie inside
+    /// one live allocation (its requested size), else [`ArenaError::UnknownPointer`].
+    fn write(&self, addr: u64, data: &[u8]) -> Result<()>;
+
+    /// Copies memory this allocator handed out into `out`, with `write`'s range rule.
+    fn read(&self, addr: u64, out: &mut [u8]) -> Result<()>;
+
+    /// Sets `len` bytes at `addr` to `byte`, with `write`'s range rule.
+    fn fill(&self, addr: u64, byte: u8, len: u64) -> Result<()>;
+}
+
+/// The error for a range that is not inside one live allocation.
+pub(crate) fn out_of_range(addr: u64, len: u64) -> ArenaError {
+    ArenaError::unknown_pointer(
+        addr,
+        format!("{len} bytes from here are not inside one live allocation of this allocator"),
+    )
+}
+
+/// Whether `[addr, addr+len)` lies inside `[base, base+size)`.
+pub(crate) fn range_inside(addr: u64, len: u64, base: u64, size: u64) -> bool {
+    addr >= base && addr.checked_add(len).is_some_and(|end| end <= base + size)
+}
+
+/// An allocator that passes every request straight to a raw allocator: no caching, no
+/// rounding. What ORT uses for read-only (initializer) memory.
+#[derive(Debug)]
+pub struct PlainAllocator<R: RawAllocator> {
+    raw: R,
+    state: Mutex<PlainState>,
+}
+
+#[derive(Debug)]
+struct PlainState {
+    /// Live allocations: address → (size, is a reserve).
+    live: AddrMap<(u64, bool)>,
+    stats: AllocatorStats,
+}
+
+impl<R: RawAllocator> PlainAllocator<R> {
+    /// A plain allocator over `raw`.
+    pub fn new(raw: R) -> Self {
+        PlainAllocator {
+            raw,
+            state: Mutex::new(PlainState {
+                live: AddrMap::default(),
+                stats: AllocatorStats::with_limit(u64::MAX),
+            }),
+        }
+    }
+
+    /// The raw allocator underneath.
+    pub fn raw(&self) -> &R {
+        &self.raw
+    }
+
+    fn allocate(&self, size: u64, reserve: bool) -> Result<Option<u64>> {
+        if size == 0 {
+            return Ok(None);
+        }
+        let mut st = self.state.lock();
+        let addr = self.raw.alloc(size)?;
+        st.live.insert(addr, (size, reserve));
+        st.stats.add_in_use(size, size);
+        st.stats.total_allocated += size;
+        if reserve {
+            st.stats.num_reserves += 1;
+            st.stats.reserved_bytes += size;
+        }
+        Ok(Some(addr))
+    }
+
+    fn live_size(&self, addr: u64) -> Result<u64> {
+        self.state
+            .lock()
+            .live
+            .get(&addr)
+            .map(|&(s, _)| s)
+            .ok_or_else(|| {
+                ArenaError::unknown_pointer(addr, "not a live allocation of this allocator")
+            })
+    }
+
+    /// Runs `op` with the lock held once `[addr, addr+len)` is known to lie inside one live
+    /// allocation, so no free can race the copy.
+    fn in_range<T>(&self, addr: u64, len: u64, op: impl FnOnce(&R) -> Result<T>) -> Result<T> {
+        let st = self.state.lock();
+        if st
+            .live
+            .iter()
+            .any(|(&base, &(size, _))| range_inside(addr, len, base, size))
+        {
+            op(&self.raw)
+        } else {
+            Err(out_of_range(addr, len))
+        }
+    }
+}
+
+impl<R: RawAllocator> Drop for PlainAllocator<R> {
+    fn drop(&mut self) {
+        for (addr, (size, _)) in self.state.get_mut().live.drain() {
+            // Nothing can be reported from a drop; the raw allocator counts what it got back.
+            let _ = self.raw.free(addr, size);
+        }
+    }
+}
+
+impl<R: RawAllocator> Allocator for PlainAllocator<R> {
+    fn alloc(&self, size: u64) -> Result<Option<u64>> {
+        self.allocate(size, false)
+    }
+
+    fn free(&self, addr: u64) -> Result<()> {
+        if addr == 0 {
+            return Ok(());
+        }
+        let mut st = self.state.lock();
+        let Some(&(size, reserve)) = st.live.get(&addr) else {
+            return Err(ArenaError::unknown_pointer(
+                addr,
+                "not a live allocation of this allocator",
+            ));
+        };
+        self.raw.free(addr, size)?;
+        st.live.remove(&addr);
+        st.stats.remove_in_use(size, size);
+        st.stats.total_allocated -= size;
+        if reserve {
+            st.stats.reserved_bytes -= size;
+        }
+        Ok(())
+    }
+
+    fn reserve(&self, size: u64) -> Result<Option<u64>> {
+        self.allocate(size, true)
+    }
+
+    fn info(&self) -> MemoryInfo {
+        self.raw.info()
+    }
+
+    fn stats(&self) -> AllocatorStats {
+        self.state.lock().stats
+    }
+
+    fn memory_log(&self) -> MemoryLog {
+        let st = self.state.lock();
+        let mut reserves: Vec<ReserveLog> = st
+            .live
+            .iter()
+            .map(|(&addr, &(size, _))| ReserveLog { addr, size })
+            .collect();
+        reserves.sort_by_key(|r| r.addr);
+        MemoryLog {
+            regions: Vec::new(),
+            reserves,
+            bins: Vec::new(),
+            stats: st.stats,
+        }
+    }
+
+    fn allocated_size(&self, addr: u64) -> Result<u64> {
+        self.live_size(addr)
+    }
+
+    fn requested_size(&self, addr: u64) -> Result<u64> {
+        self.live_size(addr)
+    }
+
+    fn write(&self, addr: u64, data: &[u8]) -> Result<()> {
+        self.in_range(addr, data.len() as u64, |raw| raw.write(addr, data))
+    }
+
+    fn read(&self, addr: u64, out: &mut [u8]) -> Result<()> {
+        let len = out.len() as u64;
+        self.in_range(addr, len, |raw| raw.read(addr, out))
+    }
+
+    fn fill(&self, addr: u64, byte: u8, len: u64) -> Result<()> {
+        self.in_range(addr, len, |raw| raw.fill(addr, byte, len))
+    }
+}

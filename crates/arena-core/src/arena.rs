@@ -1,0 +1,814 @@
+//! The BFC arena: best fit with coalescing over regions obtained from a [`RawAllocator`],
+//! with ONNX Runtime's semantics (see `shared/reference/ort-arena-behaviour.md`) and the
+//! DESIGN's decisions on top. This file is policy; the structures live in `bins`,
+//! `free_list`, `chunks` and `region`.
+//!
+//! One mutex guards the whole state, as in ORT; raw allocator calls happen under it.
+
+use crate::addr_map::AddrMap;
+use crate::allocator::{out_of_range, range_inside, Allocator};
+use crate::bins::{bin_for_size, bin_size, round_up_256, MIN_ALLOCATION_SIZE, NUM_BINS};
+use crate::chunks::{Chunk, ChunkSlab};
+use crate::config::{ArenaConfig, ExtendStrategy};
+use crate::error::{ArenaError, Result};
+use crate::free_list::{FreeBins, NIL};
+use crate::memory_info::MemoryInfo;
+use crate::memory_log::{BinLog, ChunkLog, MemoryLog, RegionLog, ReserveLog};
+use crate::raw::RawAllocator;
+use crate::region::{Region, RegionSet};
+use crate::stats::AllocatorStats;
+use crate::stream::{Clock, Stream, StreamId};
+use parking_lot::Mutex;
+
+/// ORT's back-off: a refused region is retried at 90% of its size (single precision, as ORT
+/// computes it) until it would be smaller than the request or than this many bytes.
+const BACKOFF_FACTOR: f32 = 0.9;
+const BACKOFF_MIN_BYTES: u64 = 8192;
+
+/// A BFC arena over the raw allocator `R`. Thread-safe.
+#[derive(Debug)]
+pub struct Arena<R: RawAllocator> {
+    raw: R,
+    config: ArenaConfig,
+    stream_aware: bool,
+    state: Mutex<State>,
+}
+
+#[derive(Debug)]
+struct State {
+    chunks: ChunkSlab,
+    /// Exactly the free chunks, each in the bin of its size.
+    bins: FreeBins,
+    regions: RegionSet,
+    /// Exactly the in-use chunks, by start address.
+    live: AddrMap<u32>,
+    /// Live reserves: address → size (not rounded).
+    reserves: AddrMap<u64>,
+    stats: AllocatorStats,
+    /// Size of the next power-of-two region (ORT's `curr_region_allocation_bytes_`).
+    growth: u64,
+    next_region_id: u64,
+    next_alloc_id: u64,
+}
+
+impl<R: RawAllocator> Arena<R> {
+    /// An arena over `raw` with `config`. Takes no memory until the first allocation.
+    pub fn new(raw: R, config: ArenaConfig) -> Result<Self> {
+        config.validate()?;
+        let first = config.max_mem.min(config.initial_chunk_size_bytes);
+        let state = State {
+            chunks: ChunkSlab::default(),
+            bins: FreeBins::new(),
+            regions: RegionSet::default(),
+            live: AddrMap::default(),
+            reserves: AddrMap::default(),
+            stats: AllocatorStats::with_limit(config.max_mem),
+            growth: round_up_256(first).unwrap_or(first),
+            next_region_id: 0,
+            next_alloc_id: 1,
+        };
+        Ok(Arena {
+            raw,
+            config,
+            stream_aware: true,
+            state: Mutex::new(state),
+        })
+    }
+
+    /// The same arena without `alloc_on_stream` (ORT's pinned arena).
+    pub fn without_streams(mut self) -> Self {
+        self.stream_aware = false;
+        self
+    }
+
+    /// The raw allocator underneath.
+    pub fn raw(&self) -> &R {
+        &self.raw
+    }
+
+    /// The configuration the arena was made with.
+    pub fn config(&self) -> &ArenaConfig {
+        &self.config
+    }
+
+    /// The size as the arena will hand it out, or why it never can (DESIGN decision 4).
+    fn rounded(&self, size: u64) -> Result<u64> {
+        let rounded = round_up_256(size).ok_or_else(|| {
+            ArenaError::oom(
+                size,
+                "the size rounded up to a multiple of 256 does not fit in 64 bits",
+            )
+        })?;
+        if rounded > self.config.max_mem {
+            return Err(ArenaError::oom(
+                size,
+                format!(
+                    "{rounded} bytes (rounded) exceed arena.max_mem of {}",
+                    self.config.max_mem
+                ),
+            ));
+        }
+        Ok(rounded)
+    }
+
+    fn allocate(&self, size: u64, stream: Option<&Stream>) -> Result<Option<u64>> {
+        if size == 0 {
+            return Ok(None);
+        }
+        let rounded = self.rounded(size)?;
+        let mut st = self.state.lock();
+        let clock = stream.map(Stream::clock);
+        let clock = clock.as_deref();
+        let consumer = stream.map_or(0, Stream::id);
+        let id = match st.find(rounded, consumer, clock) {
+            Some(id) => id,
+            None => {
+                st.with_release_retry(&self.raw, &self.config, |st| {
+                    st.try_extend(&self.raw, &self.config, rounded, size)
+                })?;
+                st.find(rounded, consumer, clock).ok_or_else(|| {
+                    ArenaError::oom(size, "no free chunk fits even after growing the arena")
+                })?
+            }
+        };
+        let sync_id = clock.map_or(0, Clock::sync_id);
+        Ok(Some(st.take(
+            id,
+            rounded,
+            size,
+            consumer,
+            sync_id,
+            self.config.max_dead_bytes_per_chunk,
+        )))
+    }
+
+    /// Runs `op` with the lock held once `[addr, addr+len)` is known to lie inside one live
+    /// allocation (its requested size), so no free can race the copy.
+    fn in_range<T>(&self, addr: u64, len: u64, op: impl FnOnce(&R) -> Result<T>) -> Result<T> {
+        let st = self.state.lock();
+        if st.contains_range(addr, len) {
+            op(&self.raw)
+        } else {
+            Err(out_of_range(addr, len))
+        }
+    }
+
+    /// Walks every chunk and checks the arena's invariants: regions tiled exactly by linked
+    /// chunks, free chunks in their bins and in-use ones in the address map, no two adjacent
+    /// free chunks of one stream left unmerged, and every stat equal to what the chunks and
+    /// reserves add up to. O(chunks); for tests and debugging. Returns the first fault.
+    pub fn check_invariants(&self) -> std::result::Result<(), String> {
+        self.state.lock().check(&self.raw)
+    }
+}
+
+impl State {
+    /// The best free chunk for `rounded` bytes that stream `consumer` may use (0: no stream).
+    fn find(&self, rounded: u64, consumer: StreamId, clock: Option<&Clock>) -> Option<u32> {
+        let chunks = &self.chunks;
+        self.bins.best_fit(rounded, |id| {
+            let c = chunks.get(id);
+            c.stream == consumer
+                || c.stream == 0
+                || clock.is_some_and(|cl| c.sync_id < cl.last_wait(c.stream))
+        })
+    }
+
+    /// Hands out free chunk `id`, splitting off what is left when ORT's rule says so.
+    fn take(
+        &mut self,
+        id: u32,
+        rounded: u64,
+        size: u64,
+        consumer: StreamId,
+        sync_id: u64,
+        max_dead: u64,
+    ) -> u64 {
+        self.bins.remove(id);
+        let c = *self.chunks.get(id);
+        if c.size / 2 >= rounded || c.size - rounded >= max_dead {
+            self.split(id, rounded);
+        }
+        let alloc_id = self.next_alloc_id;
+        self.next_alloc_id += 1;
+        let c = self.chunks.get_mut(id);
+        c.in_use = true;
+        c.requested_size = size;
+        c.alloc_id = alloc_id;
+        if consumer != 0 {
+            c.stream = consumer;
+            c.sync_id = sync_id;
+        }
+        let (addr, chunk_size, region) = (c.addr, c.size, c.region);
+        self.regions.get_mut(region).in_use_chunks += 1;
+        self.stats.add_in_use(chunk_size, size);
+        self.live.insert(addr, id);
+        addr
+    }
+
+    /// Cuts chunk `id` (out of the bins) at `rounded`; the rest, with the same stream and
+    /// sync id, goes into its bin.
+    fn split(&mut self, id: u32, rounded: u64) {
+        let c = *self.chunks.get(id);
+        let rest = Chunk {
+            addr: c.addr + rounded,
+            size: c.size - rounded,
+            requested_size: 0,
+            prev: id,
+            next: c.next,
+            in_use: false,
+            alloc_id: 0,
+            ..c
+        };
+        let rest_id = self.chunks.insert(rest);
+        if c.next != NIL {
+            self.chunks.get_mut(c.next).prev = rest_id;
+        }
+        let c = self.chunks.get_mut(id);
+        c.next = rest_id;
+        c.size = rounded;
+        self.bins.insert(rest_id, rest.size, rest.addr);
+    }
+
+    /// Marks in-use chunk `id` free, merges it with free neighbours of the same stream and
+    /// puts the result in its bin.
+    fn release_chunk(&mut self, id: u32) {
+        let c = self.chunks.get_mut(id);
+        c.in_use = false;
+        let (size, requested, region) = (c.size, c.requested_size, c.region);
+        c.requested_size = 0;
+        self.stats.remove_in_use(size, requested);
+        self.regions.get_mut(region).in_use_chunks -= 1;
+        let mut id = id;
+        let c = *self.chunks.get(id);
+        if c.next != NIL && self.mergeable(id, c.next) {
+            self.bins.remove(c.next);
+            self.merge(id, c.next);
+        }
+        if c.prev != NIL && self.mergeable(c.prev, id) {
+            self.bins.remove(c.prev);
+            self.merge(c.prev, id);
+            id = c.prev;
+        }
+        let c = self.chunks.get(id);
+        self.bins.insert(id, c.size, c.addr);
+    }
+
+    /// Whether adjacent chunks `a` (lower) and `b` are both free and of one stream.
+    fn mergeable(&self, a: u32, b: u32) -> bool {
+        let (a, b) = (self.chunks.get(a), self.chunks.get(b));
+        !a.in_use && !b.in_use && a.stream == b.stream
+    }
+
+    /// Absorbs chunk `b` into the chunk `a` just below it. Neither may be in a bin.
+    fn merge(&mut self, a: u32, b: u32) {
+        let bc = *self.chunks.get(b);
+        let ac = self.chunks.get_mut(a);
+        ac.size += bc.size;
+        ac.next = bc.next;
+        ac.sync_id = ac.sync_id.max(bc.sync_id);
+        if bc.next != NIL {
+            self.chunks.get_mut(bc.next).prev = a;
+        }
+        self.chunks.remove(b);
+    }
+
+    /// Runs `op`; if it runs out of memory, releases wholly free regions and, if that freed
+    /// any, runs it once more (DESIGN decision 7).
+    fn with_release_retry<T, R: RawAllocator>(
+        &mut self,
+        raw: &R,
+        config: &ArenaConfig,
+        mut op: impl FnMut(&mut State) -> Result<T>,
+    ) -> Result<T> {
+        match op(self) {
+            Err(e @ ArenaError::OutOfMemory { .. }) => {
+                if self.release_idle_regions(raw).0 == 0 {
+                    return Err(e);
+                }
+                self.reset_growth(config);
+                op(self)
+            }
+            other => other,
+        }
+    }
+
+    /// Grows the arena by one region that can hold `rounded` bytes (ORT's `Extend`). Changes
+    /// nothing on failure.
+    fn try_extend<R: RawAllocator>(
+        &mut self,
+        raw: &R,
+        config: &ArenaConfig,
+        rounded: u64,
+        requested: u64,
+    ) -> Result<()> {
+        let budget = config.max_mem.saturating_sub(self.stats.total_allocated);
+        let available = budget & !(MIN_ALLOCATION_SIZE - 1);
+        if rounded > available {
+            return Err(ArenaError::oom(
+                requested,
+                format!(
+                    "available memory of {available} bytes is smaller than the {rounded} bytes needed \
+                     (arena.max_mem {}, {} bytes held)",
+                    config.max_mem, self.stats.total_allocated
+                ),
+            ));
+        }
+        let (mut size, growth) = match config.extend_strategy {
+            ExtendStrategy::SameAsRequested => (rounded, self.growth),
+            ExtendStrategy::NextPowerOfTwo => {
+                let mut cur = self.growth;
+                let mut increased = false;
+                while rounded > cur {
+                    cur = cur.checked_mul(2).unwrap_or(rounded);
+                    increased = true;
+                }
+                let size = cur.min(available);
+                // The next region doubles, up to the cap; one that had to grow past the cap
+                // for this request does not double again.
+                let cap = config.max_power_of_two_extend_bytes;
+                if !increased {
+                    cur = if cur < cap / 2 { cur * 2 } else { cap };
+                }
+                (size, cur)
+            }
+        };
+        let base = loop {
+            match raw.alloc(size) {
+                Ok(base) => break base,
+                Err(ArenaError::OutOfMemory { reason, .. }) => {
+                    let smaller = ((size as f32) * BACKOFF_FACTOR) as u64;
+                    let smaller = round_up_256(smaller).unwrap_or(u64::MAX);
+                    if smaller < rounded || smaller < BACKOFF_MIN_BYTES {
+                        return Err(ArenaError::oom(
+                            requested,
+                            format!("the raw allocator refused a region for {rounded} bytes, even after backing off to {size}: {reason}"),
+                        ));
+                    }
+                    size = smaller;
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        self.growth = growth;
+        self.add_region(base, size);
+        Ok(())
+    }
+
+    fn add_region(&mut self, base: u64, size: u64) {
+        let region = Region {
+            id: self.next_region_id,
+            base,
+            size,
+            first_chunk: NIL,
+            in_use_chunks: 0,
+        };
+        self.next_region_id += 1;
+        let slot = self.regions.insert(region);
+        let chunk = Chunk {
+            addr: base,
+            size,
+            requested_size: 0,
+            prev: NIL,
+            next: NIL,
+            region: slot,
+            in_use: false,
+            stream: 0,
+            sync_id: 0,
+            alloc_id: 0,
+        };
+        let id = self.chunks.insert(chunk);
+        self.regions.get_mut(slot).first_chunk = id;
+        self.bins.insert(id, size, base);
+        self.stats.total_allocated += size;
+        self.stats.num_arena_extensions += 1;
+    }
+
+    /// Returns every region with no chunk in use to the raw allocator. Returns how many were
+    /// released and the first raw error (its region is kept intact).
+    fn release_idle_regions<R: RawAllocator>(&mut self, raw: &R) -> (usize, Option<ArenaError>) {
+        let mut released = 0;
+        let mut first_err = None;
+        for slot in self.regions.idle_slots() {
+            let r = *self.regions.get_mut(slot);
+            if let Err(e) = raw.free(r.base, r.size) {
+                first_err.get_or_insert(e);
+                continue;
+            }
+            let mut id = r.first_chunk;
+            while id != NIL {
+                let next = self.chunks.get(id).next;
+                self.bins.remove(id);
+                self.chunks.remove(id);
+                id = next;
+            }
+            self.regions.remove(slot);
+            self.stats.total_allocated -= r.size;
+            self.stats.num_arena_extensions -= 1;
+            self.stats.num_arena_shrinkages += 1;
+            released += 1;
+        }
+        (released, first_err)
+    }
+
+    /// After a shrink the next region is `initial_growth_chunk_size_bytes` again (ORT C).
+    fn reset_growth(&mut self, config: &ArenaConfig) {
+        let g = config.initial_growth_chunk_size_bytes;
+        self.growth = round_up_256(g).unwrap_or(g);
+    }
+
+    fn try_reserve<R: RawAllocator>(
+        &mut self,
+        raw: &R,
+        config: &ArenaConfig,
+        size: u64,
+    ) -> Result<u64> {
+        let budget = config.max_mem.saturating_sub(self.stats.total_allocated);
+        if size > budget {
+            return Err(ArenaError::oom(
+                size,
+                format!(
+                    "a reserve of {size} bytes exceeds the {budget} bytes left under arena.max_mem {}",
+                    config.max_mem
+                ),
+            ));
+        }
+        raw.alloc(size)
+    }
+
+    fn region_firsts(&self) -> Vec<u32> {
+        self.regions.iter().map(|(_, r)| r.first_chunk).collect()
+    }
+
+    /// Detaches every chunk from `stream` and merges the free runs that now share a stream.
+    fn reset_stream(&mut self, stream: StreamId) {
+        let firsts = self.region_firsts();
+        let mut touched = false;
+        for &first in &firsts {
+            let mut id = first;
+            while id != NIL {
+                let c = self.chunks.get_mut(id);
+                if c.stream == stream {
+                    c.stream = 0;
+                    touched = true;
+                }
+                id = c.next;
+            }
+        }
+        if !touched {
+            return;
+        }
+        for &first in &firsts {
+            let mut id = first;
+            while id != NIL {
+                let next = self.chunks.get(id).next;
+                if next != NIL && self.mergeable(id, next) {
+                    // Both are free, so both are in bins; the merged chunk goes back in.
+                    self.bins.remove(id);
+                    self.bins.remove(next);
+                    self.merge(id, next);
+                    let c = self.chunks.get(id);
+                    self.bins.insert(id, c.size, c.addr);
+                } else {
+                    id = next;
+                }
+            }
+        }
+    }
+
+    /// The in-use chunk containing `addr`, if any.
+    fn chunk_containing(&self, addr: u64) -> Option<&Chunk> {
+        let (_, region) = self
+            .regions
+            .iter()
+            .find(|(_, r)| addr >= r.base && addr < r.base + r.size)?;
+        let mut id = region.first_chunk;
+        while id != NIL {
+            let c = self.chunks.get(id);
+            if addr < c.addr + c.size {
+                return Some(c);
+            }
+            id = c.next;
+        }
+        None
+    }
+
+    fn contains_range(&self, addr: u64, len: u64) -> bool {
+        if self
+            .reserves
+            .iter()
+            .any(|(&base, &size)| range_inside(addr, len, base, size))
+        {
+            return true;
+        }
+        self.chunk_containing(addr)
+            .is_some_and(|c| c.in_use && range_inside(addr, len, c.addr, c.requested_size))
+    }
+
+    /// Why `addr` is not a live allocation, for the error message.
+    fn describe_unknown(&self, addr: u64) -> String {
+        match self.chunk_containing(addr) {
+            Some(c) if c.addr == addr => "already freed".to_string(),
+            Some(c) if c.in_use => format!("points inside the allocation at {:#x}", c.addr),
+            Some(_) => "points inside free memory of this arena".to_string(),
+            None => "was not allocated by this allocator".to_string(),
+        }
+    }
+
+    fn live_chunk(&self, addr: u64) -> Result<&Chunk> {
+        match self.live.get(&addr) {
+            Some(&id) => Ok(self.chunks.get(id)),
+            None => Err(ArenaError::unknown_pointer(
+                addr,
+                self.describe_unknown(addr),
+            )),
+        }
+    }
+
+    fn log(&self) -> MemoryLog {
+        let mut regions: Vec<RegionLog> = self
+            .regions
+            .iter()
+            .map(|(_, r)| {
+                let mut chunks = Vec::new();
+                let mut id = r.first_chunk;
+                while id != NIL {
+                    let c = self.chunks.get(id);
+                    chunks.push(ChunkLog {
+                        addr: c.addr,
+                        size: c.size,
+                        requested_size: c.requested_size,
+                        in_use: c.in_use,
+                        stream: (c.stream != 0).then_some(c.stream),
+                        sync_id: c.sync_id,
+                        alloc_id: c.in_use.then_some(c.alloc_id),
+                    });
+                    id = c.next;
+                }
+                RegionLog {
+                    id: r.id,
+                    base: r.base,
+                    size: r.size,
+                    chunks,
+                }
+            })
+            .collect();
+        regions.sort_by_key(|r| r.base);
+        let mut bins: Vec<BinLog> = (0..NUM_BINS)
+            .map(|b| BinLog {
+                bin_size: bin_size(b),
+                chunks: 0,
+                in_use_chunks: 0,
+                bytes: 0,
+                in_use_bytes: 0,
+                requested_bytes: 0,
+            })
+            .collect();
+        for c in regions.iter().flat_map(|r| &r.chunks) {
+            let b = &mut bins[bin_for_size(c.size)];
+            b.chunks += 1;
+            b.bytes += c.size;
+            if c.in_use {
+                b.in_use_chunks += 1;
+                b.in_use_bytes += c.size;
+                b.requested_bytes += c.requested_size;
+            }
+        }
+        bins.retain(|b| b.chunks > 0);
+        let mut reserves: Vec<ReserveLog> = self
+            .reserves
+            .iter()
+            .map(|(&addr, &size)| ReserveLog { addr, size })
+            .collect();
+        reserves.sort_by_key(|r| r.addr);
+        MemoryLog {
+            regions,
+            reserves,
+            bins,
+            stats: self.stats,
+        }
+    }
+
+    fn check<R: RawAllocator>(&self, raw: &R) -> std::result::Result<(), String> {
+        self.bins.check()?;
+        let (mut in_use, mut requested, mut held, mut free_chunks, mut live) = (0, 0, 0, 0, 0);
+        for (slot, r) in self.regions.iter() {
+            let mut expect_addr = r.base;
+            let mut prev = NIL;
+            let mut id = r.first_chunk;
+            let mut busy = 0;
+            while id != NIL {
+                let c = self.chunks.get(id);
+                if c.addr != expect_addr
+                    || c.prev != prev
+                    || c.region != slot
+                    || c.size == 0
+                    || c.size % 256 != 0
+                {
+                    return Err(format!(
+                        "region {} is not tiled correctly at chunk {id}: {c:?}",
+                        r.id
+                    ));
+                }
+                if c.in_use {
+                    if self.bins.contains(id) || self.live.get(&c.addr) != Some(&id) {
+                        return Err(format!(
+                            "in-use chunk {id} is in a bin or missing from the map"
+                        ));
+                    }
+                    if c.requested_size == 0 || c.requested_size > c.size {
+                        return Err(format!(
+                            "chunk {id} has requested size {}",
+                            c.requested_size
+                        ));
+                    }
+                    busy += 1;
+                    live += 1;
+                    in_use += c.size;
+                    requested += c.requested_size;
+                } else {
+                    if !self.bins.contains(id) {
+                        return Err(format!("free chunk {id} is not in a bin"));
+                    }
+                    if c.next != NIL && self.mergeable(id, c.next) {
+                        return Err(format!(
+                            "free chunks {id} and {} of one stream are not merged",
+                            c.next
+                        ));
+                    }
+                    free_chunks += 1;
+                }
+                expect_addr = c.addr + c.size;
+                prev = id;
+                id = c.next;
+            }
+            if expect_addr != r.base + r.size {
+                return Err(format!("region {} chunks end at {expect_addr:#x}", r.id));
+            }
+            if busy != r.in_use_chunks {
+                return Err(format!(
+                    "region {} counts {} chunks in use, has {busy}",
+                    r.id, r.in_use_chunks
+                ));
+            }
+            held += r.size;
+        }
+        let reserved: u64 = self.reserves.values().sum();
+        let s = &self.stats;
+        let checks = [
+            ("in-use chunks in the map", self.live.len() as u64, live),
+            ("free chunks in bins", self.bins.len() as u64, free_chunks),
+            ("InUse", s.in_use, in_use + reserved),
+            ("RequestedInUse", s.requested_in_use, requested + reserved),
+            ("TotalAllocated", s.total_allocated, held + reserved),
+            ("ReservedBytes", s.reserved_bytes, reserved),
+            (
+                "NumArenaExtensions",
+                s.num_arena_extensions,
+                self.regions.len() as u64,
+            ),
+            (
+                "raw bytes outstanding",
+                raw.raw_stats().raw_bytes_outstanding,
+                held + reserved,
+            ),
+        ];
+        for (what, got, want) in checks {
+            if got != want {
+                return Err(format!("{what} is {got}, the chunks add up to {want}"));
+            }
+        }
+        if s.max_in_use < s.in_use {
+            return Err("MaxInUse is below InUse".into());
+        }
+        Ok(())
+    }
+}
+
+impl<R: RawAllocator> Drop for Arena<R> {
+    fn drop(&mut self) {
+        let st = self.state.get_mut();
+        // Nothing can be reported from a drop; the raw allocator's counters show what came back.
+        for (_, r) in st.regions.iter() {
+            let _ = self.raw.free(r.base, r.size);
+        }
+        for (&addr, &size) in st.reserves.iter() {
+            let _ = self.raw.free(addr, size);
+        }
+    }
+}
+
+impl<R: RawAllocator> Allocator for Arena<R> {
+    fn alloc(&self, size: u64) -> Result<Option<u64>> {
+        self.allocate(size, None)
+    }
+
+    fn free(&self, addr: u64) -> Result<()> {
+        if addr == 0 {
+            return Ok(());
+        }
+        let mut st = self.state.lock();
+        if let Some(&size) = st.reserves.get(&addr) {
+            self.raw.free(addr, size)?;
+            st.reserves.remove(&addr);
+            st.stats.remove_in_use(size, size);
+            st.stats.reserved_bytes -= size;
+            st.stats.total_allocated -= size;
+            return Ok(());
+        }
+        match st.live.remove(&addr) {
+            Some(id) => {
+                st.release_chunk(id);
+                Ok(())
+            }
+            None => Err(ArenaError::unknown_pointer(addr, st.describe_unknown(addr))),
+        }
+    }
+
+    fn reserve(&self, size: u64) -> Result<Option<u64>> {
+        if size == 0 {
+            return Ok(None);
+        }
+        let mut st = self.state.lock();
+        let addr = st.with_release_retry(&self.raw, &self.config, |st| {
+            st.try_reserve(&self.raw, &self.config, size)
+        })?;
+        st.reserves.insert(addr, size);
+        st.stats.add_in_use(size, size);
+        st.stats.num_reserves += 1;
+        st.stats.reserved_bytes += size;
+        st.stats.total_allocated += size;
+        Ok(Some(addr))
+    }
+
+    fn is_stream_aware(&self) -> bool {
+        self.stream_aware
+    }
+
+    fn alloc_on_stream(&self, size: u64, stream: &Stream) -> Result<Option<u64>> {
+        if !self.stream_aware {
+            return Err(ArenaError::invalid_argument(format!(
+                "the arena for {} is not stream-aware",
+                self.raw.info()
+            )));
+        }
+        self.allocate(size, Some(stream))
+    }
+
+    fn reset_chunks_using_stream(&self, stream: &Stream) -> Result<()> {
+        self.state.lock().reset_stream(stream.id());
+        Ok(())
+    }
+
+    fn info(&self) -> MemoryInfo {
+        self.raw.info()
+    }
+
+    fn stats(&self) -> AllocatorStats {
+        self.state.lock().stats
+    }
+
+    fn can_shrink(&self) -> bool {
+        true
+    }
+
+    fn shrink(&self) -> Result<()> {
+        let mut st = self.state.lock();
+        let (_, err) = st.release_idle_regions(&self.raw);
+        st.reset_growth(&self.config);
+        err.map_or(Ok(()), Err)
+    }
+
+    fn memory_log(&self) -> MemoryLog {
+        self.state.lock().log()
+    }
+
+    fn allocated_size(&self, addr: u64) -> Result<u64> {
+        let st = self.state.lock();
+        if let Some(&size) = st.reserves.get(&addr) {
+            return Ok(size);
+        }
+        st.live_chunk(addr).map(|c| c.size)
+    }
+
+    fn requested_size(&self, addr: u64) -> Result<u64> {
+        let st = self.state.lock();
+        if let Some(&size) = st.reserves.get(&addr) {
+            return Ok(size);
+        }
+        st.live_chunk(addr).map(|c| c.requested_size)
+    }
+
+    fn write(&self, addr: u64, data: &[u8]) -> Result<()> {
+        self.in_range(addr, data.len() as u64, |raw| raw.write(addr, data))
+    }
+
+    fn read(&self, addr: u64, out: &mut [u8]) -> Result<()> {
+        let len = out.len() as u64;
+        self.in_range(addr, len, |raw| raw.read(addr, out))
+    }
+
+    fn fill(&self, addr: u64, byte: u8, len: u64) -> Result<()> {
+        self.in_range(addr, len, |raw| raw.fill(addr, byte, len))
+    }
+}

@@ -1,0 +1,372 @@
+//! `ArenaConfig`: the arena's knobs, parsed strictly from ONNX Runtime's `arena.*` keys.
+//!
+//! Values are whole decimal integers: digits only, no sign, no spaces, no trailing text
+//! (DESIGN decision 2). Every rejection names the key, the value and the reason; an
+//! unknown `arena.*` key names the nearest known one. Keys outside `arena.` are ignored.
+
+use crate::bins::round_up_256;
+use crate::error::{ArenaError, Result};
+
+/// How the arena grows when no free chunk fits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExtendStrategy {
+    /// `arena.extend_strategy=0`: regions double in size up to `max_power_of_two_extend_bytes`.
+    NextPowerOfTwo,
+    /// `arena.extend_strategy=1`: each region is exactly the rounded request.
+    SameAsRequested,
+}
+
+/// Default `arena.extend_strategy`.
+pub const DEFAULT_EXTEND_STRATEGY: ExtendStrategy = ExtendStrategy::NextPowerOfTwo;
+/// Default `arena.initial_chunk_size_bytes`: 1 MiB.
+pub const DEFAULT_INITIAL_CHUNK_SIZE_BYTES: u64 = 1 << 20;
+/// Default `arena.max_dead_bytes_per_chunk`: 128 MiB.
+pub const DEFAULT_MAX_DEAD_BYTES_PER_CHUNK: u64 = 128 << 20;
+/// Default `arena.initial_growth_chunk_size_bytes`: 2 MiB.
+pub const DEFAULT_INITIAL_GROWTH_CHUNK_SIZE_BYTES: u64 = 2 << 20;
+/// Default `arena.max_power_of_two_extend_bytes`: 1 GiB.
+pub const DEFAULT_MAX_POWER_OF_TWO_EXTEND_BYTES: u64 = 1 << 30;
+/// Default `arena.max_mem`: unlimited.
+pub const DEFAULT_MAX_MEM: u64 = u64::MAX;
+/// Default `arena.cuda_mempool_bytes_to_keep_on_shrink`: trim everything unused.
+pub const DEFAULT_CUDA_MEMPOOL_BYTES_TO_KEEP_ON_SHRINK: u64 = 0;
+
+/// The exact key names, as ONNX Runtime spells them.
+pub mod keys {
+    /// `0` next power of two, `1` same as requested.
+    pub const EXTEND_STRATEGY: &str = "arena.extend_strategy";
+    /// Size of the first region (power-of-two strategy).
+    pub const INITIAL_CHUNK_SIZE_BYTES: &str = "arena.initial_chunk_size_bytes";
+    /// A free chunk is split when the waste would reach this many bytes.
+    pub const MAX_DEAD_BYTES_PER_CHUNK: &str = "arena.max_dead_bytes_per_chunk";
+    /// Growth size after a shrink.
+    pub const INITIAL_GROWTH_CHUNK_SIZE_BYTES: &str = "arena.initial_growth_chunk_size_bytes";
+    /// Cap on power-of-two region growth.
+    pub const MAX_POWER_OF_TWO_EXTEND_BYTES: &str = "arena.max_power_of_two_extend_bytes";
+    /// Total bytes the arena may hold from the raw allocator; `0` = unlimited.
+    pub const MAX_MEM: &str = "arena.max_mem";
+    /// `1` selects the CUDA memory-pool allocator instead of the BFC arena.
+    pub const USE_CUDA_MEMPOOL: &str = "arena.use_cuda_mempool";
+    /// The pool's release threshold in bytes.
+    pub const CUDA_MEMPOOL_RELEASE_THRESHOLD: &str = "arena.cuda_mempool_release_threshold";
+    /// Bytes the pool keeps when trimmed by a shrink.
+    pub const CUDA_MEMPOOL_BYTES_TO_KEEP_ON_SHRINK: &str =
+        "arena.cuda_mempool_bytes_to_keep_on_shrink";
+
+    /// Every known key, in documentation order.
+    pub const ALL: [&str; 9] = [
+        EXTEND_STRATEGY,
+        INITIAL_CHUNK_SIZE_BYTES,
+        MAX_DEAD_BYTES_PER_CHUNK,
+        INITIAL_GROWTH_CHUNK_SIZE_BYTES,
+        MAX_POWER_OF_TWO_EXTEND_BYTES,
+        MAX_MEM,
+        USE_CUDA_MEMPOOL,
+        CUDA_MEMPOOL_RELEASE_THRESHOLD,
+        CUDA_MEMPOOL_BYTES_TO_KEEP_ON_SHRINK,
+    ];
+}
+
+/// The arena's configuration. Build it with [`ArenaConfig::default`] and field updates, or
+/// parse it with [`ArenaConfig::from_pairs`]; [`ArenaConfig::validate`] checks field ranges.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArenaConfig {
+    /// How regions grow. Default next power of two.
+    pub extend_strategy: ExtendStrategy,
+    /// First region size for the power-of-two strategy, 1..=2^31-1. Default 1 MiB.
+    pub initial_chunk_size_bytes: u64,
+    /// Split a free chunk when the leftover reaches this, 1..=2^31-1. Default 128 MiB.
+    pub max_dead_bytes_per_chunk: u64,
+    /// Growth size after `shrink`, 1..=2^31-1. Default 2 MiB.
+    pub initial_growth_chunk_size_bytes: u64,
+    /// Cap on power-of-two growth, a multiple of 256 (parsing rounds up). Default 1 GiB.
+    pub max_power_of_two_extend_bytes: u64,
+    /// Bytes the arena may hold from the raw allocator; `u64::MAX` means unlimited.
+    pub max_mem: u64,
+    /// Use the CUDA memory-pool allocator instead of the BFC arena. Default false.
+    pub use_cuda_mempool: bool,
+    /// Pool release threshold; `None` means "not given", which the pool treats as
+    /// unlimited (DESIGN decision 9).
+    pub cuda_mempool_release_threshold: Option<u64>,
+    /// Bytes the pool keeps on shrink. Default 0.
+    pub cuda_mempool_bytes_to_keep_on_shrink: u64,
+}
+
+impl Default for ArenaConfig {
+    fn default() -> Self {
+        ArenaConfig {
+            extend_strategy: DEFAULT_EXTEND_STRATEGY,
+            initial_chunk_size_bytes: DEFAULT_INITIAL_CHUNK_SIZE_BYTES,
+            max_dead_bytes_per_chunk: DEFAULT_MAX_DEAD_BYTES_PER_CHUNK,
+            initial_growth_chunk_size_bytes: DEFAULT_INITIAL_GROWTH_CHUNK_SIZE_BYTES,
+            max_power_of_two_extend_bytes: DEFAULT_MAX_POWER_OF_TWO_EXTEND_BYTES,
+            max_mem: DEFAULT_MAX_MEM,
+            use_cuda_mempool: false,
+            cuda_mempool_release_threshold: None,
+            cuda_mempool_bytes_to_keep_on_shrink: DEFAULT_CUDA_MEMPOOL_BYTES_TO_KEEP_ON_SHRINK,
+        }
+    }
+}
+
+const INT32_MAX: u64 = i32::MAX as u64;
+const INT64_MAX: u64 = i64::MAX as u64;
+
+fn invalid(key: &str, value: &str, reason: impl Into<String>) -> ArenaError {
+    ArenaError::InvalidConfig {
+        key: key.to_string(),
+        value: value.to_string(),
+        reason: reason.into(),
+    }
+}
+
+/// Parses a whole decimal integer in `min..=max`: ASCII digits only.
+fn parse_uint(key: &str, value: &str, min: u64, max: u64) -> Result<u64> {
+    if value.is_empty() {
+        return Err(invalid(
+            key,
+            value,
+            "expected a whole decimal number, got an empty string",
+        ));
+    }
+    if let Some(bad) = value.chars().find(|c| !c.is_ascii_digit()) {
+        return Err(invalid(
+            key,
+            value,
+            format!("expected a whole decimal number (digits only), found {bad:?}"),
+        ));
+    }
+    let n: u64 = value
+        .parse()
+        .map_err(|_| invalid(key, value, format!("must be at most {max}")))?;
+    if n < min || n > max {
+        return Err(invalid(
+            key,
+            value,
+            format!("must be between {min} and {max}"),
+        ));
+    }
+    Ok(n)
+}
+
+fn parse_flag(key: &str, value: &str) -> Result<bool> {
+    match value {
+        "0" => Ok(false),
+        "1" => Ok(true),
+        _ => Err(invalid(key, value, "must be 0 or 1")),
+    }
+}
+
+/// Levenshtein distance, for "did you mean" suggestions.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev_diag = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let sub = prev_diag + usize::from(ca != *cb);
+            prev_diag = row[j + 1];
+            row[j + 1] = sub.min(row[j] + 1).min(row[j + 1] + 1);
+        }
+    }
+    row[b.len()]
+}
+
+/// The known key closest to `key`.
+pub fn nearest_key(key: &str) -> &'static str {
+    keys::ALL
+        .iter()
+        .copied()
+        .min_by_key(|k| edit_distance(key, k))
+        .unwrap_or(keys::MAX_MEM)
+}
+
+impl ArenaConfig {
+    /// Parses `arena.*` pairs over the defaults. Later pairs override earlier ones; keys not
+    /// starting with `arena.` are ignored; an unknown `arena.*` key is an error.
+    pub fn from_pairs<K: AsRef<str>, V: AsRef<str>>(
+        pairs: impl IntoIterator<Item = (K, V)>,
+    ) -> Result<Self> {
+        let mut cfg = ArenaConfig::default();
+        for (k, v) in pairs {
+            cfg.set(k.as_ref(), v.as_ref())?;
+        }
+        Ok(cfg)
+    }
+
+    /// Applies one key/value pair, with the same rules as [`ArenaConfig::from_pairs`].
+    pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
+        match key {
+            keys::EXTEND_STRATEGY => {
+                self.extend_strategy = match value {
+                    "0" => ExtendStrategy::NextPowerOfTwo,
+                    "1" => ExtendStrategy::SameAsRequested,
+                    _ => {
+                        return Err(invalid(
+                            key,
+                            value,
+                            "must be 0 (next power of two) or 1 (same as requested)",
+                        ))
+                    }
+                }
+            }
+            keys::INITIAL_CHUNK_SIZE_BYTES => {
+                self.initial_chunk_size_bytes = parse_uint(key, value, 1, INT32_MAX)?
+            }
+            keys::MAX_DEAD_BYTES_PER_CHUNK => {
+                self.max_dead_bytes_per_chunk = parse_uint(key, value, 1, INT32_MAX)?
+            }
+            keys::INITIAL_GROWTH_CHUNK_SIZE_BYTES => {
+                self.initial_growth_chunk_size_bytes = parse_uint(key, value, 1, INT32_MAX)?
+            }
+            keys::MAX_POWER_OF_TWO_EXTEND_BYTES => {
+                // Regions must be multiples of 256; rounding here keeps every later region so.
+                let n = parse_uint(key, value, 1, INT64_MAX)?;
+                self.max_power_of_two_extend_bytes = round_up_256(n).unwrap_or(n);
+            }
+            keys::MAX_MEM => {
+                let n = parse_uint(key, value, 0, u64::MAX)?;
+                self.max_mem = if n == 0 { u64::MAX } else { n };
+            }
+            keys::USE_CUDA_MEMPOOL => self.use_cuda_mempool = parse_flag(key, value)?,
+            keys::CUDA_MEMPOOL_RELEASE_THRESHOLD => {
+                self.cuda_mempool_release_threshold = Some(parse_uint(key, value, 0, u64::MAX)?)
+            }
+            keys::CUDA_MEMPOOL_BYTES_TO_KEEP_ON_SHRINK => {
+                self.cuda_mempool_bytes_to_keep_on_shrink = parse_uint(key, value, 0, u64::MAX)?
+            }
+            _ if key.starts_with("arena.") => {
+                return Err(invalid(
+                    key,
+                    value,
+                    format!("unknown key; did you mean {}?", nearest_key(key)),
+                ))
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Checks the field ranges the parser enforces, for configs built in code.
+    pub fn validate(&self) -> Result<()> {
+        let int32 = [
+            (
+                keys::INITIAL_CHUNK_SIZE_BYTES,
+                self.initial_chunk_size_bytes,
+            ),
+            (
+                keys::MAX_DEAD_BYTES_PER_CHUNK,
+                self.max_dead_bytes_per_chunk,
+            ),
+            (
+                keys::INITIAL_GROWTH_CHUNK_SIZE_BYTES,
+                self.initial_growth_chunk_size_bytes,
+            ),
+        ];
+        for (key, v) in int32 {
+            if v == 0 || v > INT32_MAX {
+                return Err(invalid(
+                    key,
+                    &v.to_string(),
+                    format!("must be between 1 and {INT32_MAX}"),
+                ));
+            }
+        }
+        let p2 = self.max_power_of_two_extend_bytes;
+        if p2 == 0 || p2 > INT64_MAX || p2 % 256 != 0 {
+            return Err(invalid(
+                keys::MAX_POWER_OF_TWO_EXTEND_BYTES,
+                &p2.to_string(),
+                format!("must be a multiple of 256 between 256 and {INT64_MAX}"),
+            ));
+        }
+        if self.max_mem == 0 {
+            return Err(invalid(keys::MAX_MEM, "0", "use u64::MAX for unlimited"));
+        }
+        Ok(())
+    }
+
+    /// The config as `arena.*` pairs, every key present except an unset release threshold;
+    /// `max_mem` unlimited is written `0`. Parsing the result gives back an equal config.
+    pub fn to_pairs(&self) -> Vec<(&'static str, String)> {
+        let strategy = match self.extend_strategy {
+            ExtendStrategy::NextPowerOfTwo => "0",
+            ExtendStrategy::SameAsRequested => "1",
+        };
+        let max_mem = if self.max_mem == u64::MAX {
+            0
+        } else {
+            self.max_mem
+        };
+        let mut out = vec![
+            (keys::EXTEND_STRATEGY, strategy.to_string()),
+            (
+                keys::INITIAL_CHUNK_SIZE_BYTES,
+                self.initial_chunk_size_bytes.to_string(),
+            ),
+            (
+                keys::MAX_DEAD_BYTES_PER_CHUNK,
+                self.max_dead_bytes_per_chunk.to_string(),
+            ),
+            (
+                keys::INITIAL_GROWTH_CHUNK_SIZE_BYTES,
+                self.initial_growth_chunk_size_bytes.to_string(),
+            ),
+            (
+                keys::MAX_POWER_OF_TWO_EXTEND_BYTES,
+                self.max_power_of_two_extend_bytes.to_string(),
+            ),
+            (keys::MAX_MEM, max_mem.to_string()),
+            (
+                keys::USE_CUDA_MEMPOOL,
+                u8::from(self.use_cuda_mempool).to_string(),
+            ),
+        ];
+        if let Some(t) = self.cuda_mempool_release_threshold {
+            out.push((keys::CUDA_MEMPOOL_RELEASE_THRESHOLD, t.to_string()));
+        }
+        out.push((
+            keys::CUDA_MEMPOOL_BYTES_TO_KEEP_ON_SHRINK,
+            self.cuda_mempool_bytes_to_keep_on_shrink.to_string(),
+        ));
+        out
+    }
+
+    /// The keys whose values differ between `self` and `other`, in documentation order.
+    pub fn differing_keys(&self, other: &ArenaConfig) -> Vec<&'static str> {
+        let a = self.to_pairs();
+        let b = other.to_pairs();
+        keys::ALL
+            .iter()
+            .copied()
+            .filter(|k| {
+                let va = a.iter().find(|(key, _)| key == k).map(|(_, v)| v);
+                let vb = b.iter().find(|(key, _)| key == k).map(|(_, v)| v);
+                va != vb
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn edit_distance_counts_single_edits() {
+        assert_eq!(edit_distance("max_mem", "max_mem"), 0);
+        assert_eq!(edit_distance("max_men", "max_mem"), 1);
+        assert_eq!(edit_distance("", "abc"), 3);
+    }
+
+    #[test]
+    fn to_pairs_round_trips_through_from_pairs() {
+        let cfg = ArenaConfig {
+            max_mem: 12345,
+            cuda_mempool_release_threshold: Some(7),
+            ..Default::default()
+        };
+        let back = ArenaConfig::from_pairs(cfg.to_pairs()).expect("own pairs parse");
+        assert_eq!(back, cfg);
+    }
+}

@@ -1,0 +1,378 @@
+//! The free chunks, by bin: one ordered set per bin, keyed by `(size, address)`, so the
+//! first chunk at or above a size in a bin is the best fit with the lowest-address
+//! tie-break that ONNX Runtime's `std::set` bins give.
+//!
+//! Each set is an intrusive treap over chunk ids: the nodes live in one vector indexed by
+//! id, so inserting and removing never allocate once the vector has grown, and a bin with
+//! one chunk costs a root store. A bitmap of non-empty bins skips empty ones.
+
+use crate::bins::{bin_for_size, NUM_BINS};
+
+/// "No chunk".
+pub const NIL: u32 = u32::MAX;
+
+#[derive(Debug, Clone, Copy)]
+struct Node {
+    size: u64,
+    addr: u64,
+    left: u32,
+    right: u32,
+    /// Heap priority: a parent's is at least its children's.
+    prio: u32,
+    /// Whether this id is currently in a bin.
+    linked: bool,
+}
+
+const EMPTY_NODE: Node = Node {
+    size: 0,
+    addr: 0,
+    left: NIL,
+    right: NIL,
+    prio: 0,
+    linked: false,
+};
+
+/// Free chunks indexed by bin; see the module docs.
+#[derive(Debug)]
+pub struct FreeBins {
+    nodes: Vec<Node>,
+    roots: [u32; NUM_BINS],
+    /// Bit `b` set iff `roots[b] != NIL`.
+    non_empty: u32,
+    len: usize,
+    rng: u32,
+}
+
+impl Default for FreeBins {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl FreeBins {
+    /// An empty set of bins.
+    pub fn new() -> Self {
+        FreeBins {
+            nodes: Vec::new(),
+            roots: [NIL; NUM_BINS],
+            non_empty: 0,
+            len: 0,
+            rng: 0x9E37_79B9,
+        }
+    }
+
+    /// Number of free chunks held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no chunk is held.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether chunk `id` is in a bin.
+    pub fn contains(&self, id: u32) -> bool {
+        self.nodes.get(id as usize).is_some_and(|n| n.linked)
+    }
+
+    #[inline]
+    fn key(&self, id: u32) -> (u64, u64) {
+        let n = &self.nodes[id as usize];
+        (n.size, n.addr)
+    }
+
+    fn next_prio(&mut self) -> u32 {
+        // xorshift32: priorities only need to be unrelated to the keys.
+        let mut x = self.rng;
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        self.rng = x;
+        x
+    }
+
+    /// Adds chunk `id` of `size` bytes at `addr` to its bin. `id` must not be in a bin.
+    pub fn insert(&mut self, id: u32, size: u64, addr: u64) {
+        let i = id as usize;
+        if i >= self.nodes.len() {
+            self.nodes.resize(i + 1, EMPTY_NODE);
+        }
+        debug_assert!(!self.nodes[i].linked, "chunk {id} is already in a bin");
+        let prio = self.next_prio();
+        self.nodes[i] = Node {
+            size,
+            addr,
+            left: NIL,
+            right: NIL,
+            prio,
+            linked: true,
+        };
+        let b = bin_for_size(size);
+        let root = self.roots[b];
+        self.roots[b] = self.insert_at(root, id);
+        self.non_empty |= 1 << b;
+        self.len += 1;
+    }
+
+    /// Removes chunk `id` from its bin. Returns false if it was not in one.
+    pub fn remove(&mut self, id: u32) -> bool {
+        if !self.contains(id) {
+            return false;
+        }
+        let b = bin_for_size(self.nodes[id as usize].size);
+        let root = self.roots[b];
+        self.roots[b] = self.remove_at(root, id);
+        if self.roots[b] == NIL {
+            self.non_empty &= !(1 << b);
+        }
+        self.nodes[id as usize].linked = false;
+        self.len -= 1;
+        true
+    }
+
+    /// The smallest free chunk of at least `min_size` bytes that `accept` takes, ties broken
+    /// by lowest address: bins in ascending order, each in `(size, address)` order.
+    pub fn best_fit(&self, min_size: u64, mut accept: impl FnMut(u32) -> bool) -> Option<u32> {
+        let start = bin_for_size(min_size);
+        let mut mask = self.non_empty & !((1u32 << start) - 1);
+        while mask != 0 {
+            let b = mask.trailing_zeros() as usize;
+            if let Some(id) = self.find(self.roots[b], min_size, &mut accept) {
+                return Some(id);
+            }
+            mask &= mask - 1;
+        }
+        None
+    }
+
+    fn find(&self, t: u32, min_size: u64, accept: &mut impl FnMut(u32) -> bool) -> Option<u32> {
+        if t == NIL {
+            return None;
+        }
+        let n = self.nodes[t as usize];
+        if n.size < min_size {
+            return self.find(n.right, min_size, accept);
+        }
+        if let Some(id) = self.find(n.left, min_size, accept) {
+            return Some(id);
+        }
+        if accept(t) {
+            return Some(t);
+        }
+        self.find(n.right, min_size, accept)
+    }
+
+    /// Ids in bin `b`, in `(size, address)` order.
+    pub fn bin_ids(&self, b: usize) -> Vec<u32> {
+        let mut out = Vec::new();
+        self.collect(self.roots[b], &mut out);
+        out
+    }
+
+    fn collect(&self, t: u32, out: &mut Vec<u32>) {
+        if t != NIL {
+            let n = self.nodes[t as usize];
+            self.collect(n.left, out);
+            out.push(t);
+            self.collect(n.right, out);
+        }
+    }
+
+    fn insert_at(&mut self, t: u32, id: u32) -> u32 {
+        if t == NIL {
+            return id;
+        }
+        if self.nodes[id as usize].prio > self.nodes[t as usize].prio {
+            let (l, r) = self.split(t, self.key(id));
+            let n = &mut self.nodes[id as usize];
+            n.left = l;
+            n.right = r;
+            return id;
+        }
+        if self.key(id) < self.key(t) {
+            let l = self.insert_at(self.nodes[t as usize].left, id);
+            self.nodes[t as usize].left = l;
+        } else {
+            let r = self.insert_at(self.nodes[t as usize].right, id);
+            self.nodes[t as usize].right = r;
+        }
+        t
+    }
+
+    /// Splits tree `t` into keys below `key` and keys above it (keys are unique).
+    fn split(&mut self, t: u32, key: (u64, u64)) -> (u32, u32) {
+        if t == NIL {
+            return (NIL, NIL);
+        }
+        if self.key(t) < key {
+            let (l, r) = self.split(self.nodes[t as usize].right, key);
+            self.nodes[t as usize].right = l;
+            (t, r)
+        } else {
+            let (l, r) = self.split(self.nodes[t as usize].left, key);
+            self.nodes[t as usize].left = r;
+            (l, t)
+        }
+    }
+
+    fn remove_at(&mut self, t: u32, id: u32) -> u32 {
+        debug_assert!(t != NIL, "chunk {id} not found in its bin");
+        if t == NIL {
+            return NIL;
+        }
+        let n = self.nodes[t as usize];
+        if t == id {
+            return self.merge(n.left, n.right);
+        }
+        if self.key(id) < self.key(t) {
+            let l = self.remove_at(n.left, id);
+            self.nodes[t as usize].left = l;
+        } else {
+            let r = self.remove_at(n.right, id);
+            self.nodes[t as usize].right = r;
+        }
+        t
+    }
+
+    /// Joins two trees where every key of `a` is below every key of `b`.
+    fn merge(&mut self, a: u32, b: u32) -> u32 {
+        if a == NIL {
+            return b;
+        }
+        if b == NIL {
+            return a;
+        }
+        if self.nodes[a as usize].prio > self.nodes[b as usize].prio {
+            let r = self.merge(self.nodes[a as usize].right, b);
+            self.nodes[a as usize].right = r;
+            a
+        } else {
+            let l = self.merge(a, self.nodes[b as usize].left);
+            self.nodes[b as usize].left = l;
+            b
+        }
+    }
+
+    /// Checks the structure: order and heap property in every bin, every chunk in the bin
+    /// its size names, the bitmap and the count. Returns a description of the first fault.
+    pub fn check(&self) -> Result<(), String> {
+        let mut total = 0;
+        for b in 0..NUM_BINS {
+            let ids = self.bin_ids(b);
+            if ids.is_empty() != (self.non_empty & (1 << b) == 0) {
+                return Err(format!("bitmap bit {b} disagrees with the bin"));
+            }
+            for w in ids.windows(2) {
+                if self.key(w[0]) >= self.key(w[1]) {
+                    return Err(format!(
+                        "bin {b} out of order at chunks {} and {}",
+                        w[0], w[1]
+                    ));
+                }
+            }
+            for &id in &ids {
+                let n = self.nodes[id as usize];
+                if !n.linked || bin_for_size(n.size) != b {
+                    return Err(format!("chunk {id} of {} bytes is in bin {b}", n.size));
+                }
+                for child in [n.left, n.right] {
+                    if child != NIL && self.nodes[child as usize].prio > n.prio {
+                        return Err(format!("heap order broken under chunk {id}"));
+                    }
+                }
+            }
+            total += ids.len();
+        }
+        if total != self.len {
+            return Err(format!("{total} chunks in bins but len is {}", self.len));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn best_fit_takes_the_smallest_adequate_chunk() {
+        let mut f = FreeBins::new();
+        f.insert(0, 4096, 0x10000);
+        f.insert(1, 1024, 0x20000);
+        f.insert(2, 2048, 0x30000);
+        assert_eq!(f.best_fit(1500, |_| true), Some(2));
+        assert_eq!(f.best_fit(1024, |_| true), Some(1));
+        assert_eq!(f.best_fit(4000, |_| true), Some(0));
+        assert_eq!(f.best_fit(4097, |_| true), None);
+    }
+
+    #[test]
+    fn equal_sizes_go_to_the_lowest_address() {
+        let mut f = FreeBins::new();
+        for (id, addr) in [(0, 0x5000u64), (1, 0x1000), (2, 0x3000)] {
+            f.insert(id, 512, addr);
+        }
+        assert_eq!(f.best_fit(256, |_| true), Some(1));
+        assert_eq!(f.best_fit(256, |id| id != 1), Some(2));
+    }
+
+    #[test]
+    fn rejected_chunks_are_skipped_across_bins() {
+        let mut f = FreeBins::new();
+        f.insert(0, 256, 0);
+        f.insert(1, 1 << 20, 0x1000);
+        assert_eq!(f.best_fit(256, |id| id == 1), Some(1));
+        assert_eq!(f.best_fit(256, |_| false), None);
+    }
+
+    #[test]
+    fn chunks_below_the_size_in_the_start_bin_are_skipped() {
+        let mut f = FreeBins::new();
+        f.insert(0, 4096 + 256, 0);
+        f.insert(1, 4096 + 1024, 0x10000);
+        assert_eq!(f.best_fit(4096 + 512, |_| true), Some(1));
+    }
+
+    #[test]
+    fn remove_unlinks_and_reports_absence() {
+        let mut f = FreeBins::new();
+        f.insert(3, 256, 0);
+        assert!(f.remove(3));
+        assert!(!f.remove(3));
+        assert!(f.is_empty());
+        assert_eq!(f.best_fit(256, |_| true), None);
+        f.check().expect("consistent");
+    }
+
+    #[test]
+    fn many_random_inserts_and_removes_keep_the_structure_sound() {
+        let mut f = FreeBins::new();
+        let mut live = Vec::new();
+        let mut seed = 12345u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for id in 0..2000u32 {
+            if next() % 3 == 0 && !live.is_empty() {
+                let k = (next() as usize) % live.len();
+                let gone: u32 = live.swap_remove(k);
+                assert!(f.remove(gone));
+            }
+            let size = 256 * (1 + next() % 4096);
+            f.insert(id, size, u64::from(id) * 0x100_0000);
+            live.push(id);
+        }
+        f.check().expect("consistent");
+        assert_eq!(f.len(), live.len());
+        let want = live
+            .iter()
+            .map(|&id| (f.key(id).0, f.key(id).1, id))
+            .filter(|k| k.0 >= 300_000)
+            .min();
+        assert_eq!(f.best_fit(300_000, |_| true), want.map(|k| k.2));
+    }
+}
