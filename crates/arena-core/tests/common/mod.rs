@@ -26,7 +26,7 @@ pub fn host_arena(pairs: &[(&str, &str)]) -> Arena<HostAllocator> {
     Arena::new(HostAllocator::default(), config(pairs)).expect("arena")
 }
 
-pub fn alloc(a: &impl Allocator, size: u64) -> u64 {
+pub fn alloc(a: &(impl Allocator + ?Sized), size: u64) -> u64 {
     a.alloc(size).expect("alloc succeeds").expect("non-zero size gives an address")
 }
 
@@ -35,6 +35,6 @@ pub fn code<T: std::fmt::Debug>(r: Result<T, ArenaError>) -> &'static str {
 }
 
 /// Everything observable about an allocator's state, to compare before and after a call.
-pub fn snapshot(a: &impl Allocator) -> MemoryLog {
+pub fn snapshot(a: &(impl Allocator + ?Sized)) -> MemoryLog {
     a.memory_log()
 }

@@ -1,0 +1,175 @@
+//! One suite of `Allocator` behaviours, run against every implementation in this crate
+//! (the arena and the plain allocator, over host and virtual memory).
+
+mod common;
+use arena_core::{Allocator, Arena, ArenaConfig, HostAllocator, PlainAllocator, VirtualAllocator};
+use common::*;
+
+struct Subject {
+    name: &'static str,
+    allocator: Box<dyn Allocator>,
+    /// Whether there is memory behind the addresses (host) or not (virtual).
+    has_memory: bool,
+}
+
+fn subjects() -> Vec<Subject> {
+    let arena = |raw| Arena::new(raw, ArenaConfig::default()).expect("arena");
+    vec![
+        Subject { name: "arena/host", allocator: Box::new(arena(HostAllocator::default())), has_memory: true },
+        Subject {
+            name: "arena/virtual",
+            allocator: Box::new(Arena::new(VirtualAllocator::default(), ArenaConfig::default()).expect("arena")),
+            has_memory: false,
+        },
+        Subject { name: "plain/host", allocator: Box::new(PlainAllocator::new(HostAllocator::default())), has_memory: true },
+        Subject {
+            name: "plain/virtual",
+            allocator: Box::new(PlainAllocator::new(VirtualAllocator::default())),
+            has_memory: false,
+        },
+    ]
+}
+
+#[test]
+fn zero_byte_alloc_and_reserve_return_none_and_count_nothing() {
+    for s in subjects() {
+        let a = &*s.allocator;
+        assert_eq!(a.alloc(0).expect(s.name), None, "{}", s.name);
+        assert_eq!(a.reserve(0).expect(s.name), None, "{}", s.name);
+        assert_eq!(a.stats().num_allocs, 0, "{}", s.name);
+    }
+}
+
+#[test]
+fn addresses_are_256_byte_aligned_and_distinct() {
+    for s in subjects() {
+        let a = &*s.allocator;
+        let ps: Vec<u64> = [1, 255, 256, 257, 4095, 70000].iter().map(|&n| alloc(a, n)).collect();
+        assert!(ps.iter().all(|p| p % 256 == 0), "{}", s.name);
+        let mut sorted = ps.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), ps.len(), "{}", s.name);
+        for p in ps {
+            a.free(p).expect(s.name);
+        }
+    }
+}
+
+#[test]
+fn requested_size_is_what_was_asked_and_allocated_size_covers_it() {
+    for s in subjects() {
+        let a = &*s.allocator;
+        let p = alloc(a, 1000);
+        assert_eq!(a.requested_size(p).expect(s.name), 1000, "{}", s.name);
+        assert!(a.allocated_size(p).expect(s.name) >= 1000, "{}", s.name);
+        a.free(p).expect(s.name);
+        assert_eq!(code(a.requested_size(p)), "ERR_ARENA_UNKNOWN_POINTER", "{}", s.name);
+    }
+}
+
+#[test]
+fn freeing_everything_brings_in_use_back_to_zero() {
+    for s in subjects() {
+        let a = &*s.allocator;
+        let ps: Vec<u64> = (1..50).map(|i| alloc(a, i * 777)).collect();
+        let r = a.reserve(12345).expect(s.name).expect(s.name);
+        assert!(a.stats().in_use > 0);
+        assert_eq!(a.stats().num_allocs, 50, "{}", s.name);
+        assert_eq!(a.stats().num_reserves, 1, "{}", s.name);
+        for p in ps.into_iter().chain([r]) {
+            a.free(p).expect(s.name);
+        }
+        let st = a.stats();
+        assert_eq!((st.in_use, st.requested_in_use, st.reserved_bytes), (0, 0, 0), "{}", s.name);
+    }
+}
+
+#[test]
+fn free_of_unknown_interior_or_freed_addresses_is_unknown_pointer() {
+    for s in subjects() {
+        let a = &*s.allocator;
+        let p = alloc(a, 512);
+        for bad in [p + 1, p + 256, 0x1234_5600] {
+            assert_eq!(code(a.free(bad)), "ERR_ARENA_UNKNOWN_POINTER", "{} {bad:#x}", s.name);
+        }
+        a.free(p).expect(s.name);
+        assert_eq!(code(a.free(p)), "ERR_ARENA_UNKNOWN_POINTER", "{}", s.name);
+        a.free(0).expect(s.name);
+    }
+}
+
+#[test]
+fn written_bytes_read_back_identically() {
+    for s in subjects().into_iter().filter(|s| s.has_memory) {
+        let a = &*s.allocator;
+        let p = alloc(a, 3000);
+        let data: Vec<u8> = (0..3000u32).map(|i| (i * 31 % 251) as u8).collect();
+        a.write(p, &data).expect(s.name);
+        let mut back = vec![0u8; 3000];
+        a.read(p, &mut back).expect(s.name);
+        assert_eq!(back, data, "{}", s.name);
+        a.fill(p + 100, 0xAB, 50).expect(s.name);
+        let mut mid = [0u8; 52];
+        a.read(p + 99, &mut mid).expect(s.name);
+        assert_eq!(mid[0], data[99]);
+        assert!(mid[1..51].iter().all(|&b| b == 0xAB), "{}", s.name);
+        assert_eq!(mid[51], data[150]);
+        a.free(p).expect(s.name);
+    }
+}
+
+#[test]
+fn ranges_outside_one_live_allocation_cannot_be_touched() {
+    for s in subjects().into_iter().filter(|s| s.has_memory) {
+        let a = &*s.allocator;
+        let p = alloc(a, 1000);
+        let q = alloc(a, 1000);
+        let mut buf = [0u8; 8];
+        // Past the requested size, even though the chunk is 1024 bytes.
+        assert_eq!(code(a.write(p + 996, &buf)), "ERR_ARENA_UNKNOWN_POINTER", "{}", s.name);
+        assert_eq!(code(a.read(p + 1000, &mut buf[..1])), "ERR_ARENA_UNKNOWN_POINTER", "{}", s.name);
+        assert_eq!(code(a.fill(p, 0, 1001)), "ERR_ARENA_UNKNOWN_POINTER", "{}", s.name);
+        assert_eq!(code(a.fill(p, 0, u64::MAX)), "ERR_ARENA_UNKNOWN_POINTER", "{}", s.name);
+        assert_eq!(code(a.write(0x10, &buf)), "ERR_ARENA_UNKNOWN_POINTER", "{}", s.name);
+        a.free(p).expect(s.name);
+        assert_eq!(code(a.read(p, &mut buf)), "ERR_ARENA_UNKNOWN_POINTER", "freed: {}", s.name);
+        a.write(q + 992, &buf).expect("the last 8 bytes are inside");
+        a.free(q).expect(s.name);
+    }
+}
+
+#[test]
+fn virtual_memory_cannot_be_read_or_written() {
+    for s in subjects().into_iter().filter(|s| !s.has_memory) {
+        let a = &*s.allocator;
+        let p = alloc(a, 64);
+        assert_eq!(code(a.write(p, &[1])), "ERR_ARENA_INVALID_ARGUMENT", "{}", s.name);
+        assert_eq!(code(a.read(p, &mut [0])), "ERR_ARENA_INVALID_ARGUMENT", "{}", s.name);
+        assert_eq!(code(a.fill(p, 1, 1)), "ERR_ARENA_INVALID_ARGUMENT", "{}", s.name);
+        a.free(p).expect(s.name);
+    }
+}
+
+#[test]
+fn memory_log_stats_match_stats() {
+    for s in subjects() {
+        let a = &*s.allocator;
+        let p = alloc(a, 10_000);
+        assert_eq!(a.memory_log().stats, a.stats(), "{}", s.name);
+        a.free(p).expect(s.name);
+    }
+}
+
+#[test]
+fn a_refused_allocation_changes_nothing() {
+    for s in subjects() {
+        let a = &*s.allocator;
+        let p = alloc(a, 4096);
+        let before = a.memory_log();
+        assert_eq!(code(a.alloc(u64::MAX - 10)), "ERR_ARENA_OUT_OF_MEMORY", "{}", s.name);
+        assert_eq!(code(a.reserve(u64::MAX - 10)), "ERR_ARENA_OUT_OF_MEMORY", "{}", s.name);
+        assert_eq!(a.memory_log(), before, "{}", s.name);
+        a.free(p).expect(s.name);
+    }
+}
