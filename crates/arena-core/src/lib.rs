@@ -32,6 +32,7 @@ pub mod raw;
 mod region;
 mod stats;
 mod stream;
+pub mod trace;
 
 pub use allocator::{Allocator, PlainAllocator, ORT_ALLOCATOR_VERSION};
 pub use arena::Arena;

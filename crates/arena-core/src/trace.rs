@@ -1,0 +1,201 @@
+//! Allocation traces: generating them and replaying them through any [`Allocator`].
+//!
+//! A trace is a list of `alloc` (id, size, stream) and `free` (id) operations, the JSON-lines
+//! format of the `cuda-arena replay` command. Ids are the trace's own names for allocations.
+
+use crate::allocator::Allocator;
+use crate::error::{ArenaError, Result};
+use crate::stream::Stream;
+use std::time::Instant;
+
+/// One trace operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TraceOp {
+    /// Allocate `size` bytes as allocation `id`, on trace stream `stream` (0: no stream).
+    Alloc {
+        /// The allocation's name in the trace.
+        id: u64,
+        /// Bytes requested.
+        size: u64,
+        /// Trace stream number; 0 allocates without a stream.
+        stream: u32,
+    },
+    /// Free allocation `id`.
+    Free {
+        /// The allocation's name in the trace.
+        id: u64,
+    },
+}
+
+/// A small, fast, seedable generator (xorshift64*), so traces are reproducible anywhere.
+#[derive(Debug, Clone)]
+pub struct TraceRng(u64);
+
+impl TraceRng {
+    /// A generator from `seed` (any value, 0 included).
+    pub fn new(seed: u64) -> Self {
+        TraceRng(seed ^ 0x9E37_79B9_7F4A_7C15 | 1)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform in `[0, 1)`.
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Log-uniform in `[lo, hi]`.
+    pub fn log_uniform(&mut self, lo: u64, hi: u64) -> u64 {
+        let (l, h) = ((lo as f64).ln(), (hi as f64).ln());
+        ((l + (h - l) * self.unit()).exp() as u64).clamp(lo, hi)
+    }
+
+    /// Uniform in `[0, n)`; `n > 0`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+}
+
+/// The benchmark trace: `ops` operations, sizes log-uniform in `[min_size, max_size]`,
+/// lifetimes random (each free picks a random live allocation), at most `max_live` live at
+/// once, and everything freed by the end.
+pub fn mixed_trace(ops: usize, min_size: u64, max_size: u64, max_live: usize, seed: u64) -> Vec<TraceOp> {
+    let mut rng = TraceRng::new(seed);
+    let mut out = Vec::with_capacity(ops);
+    let mut live: Vec<u64> = Vec::new();
+    let mut next_id = 1;
+    while out.len() < ops {
+        let left = ops - out.len();
+        let must_free = live.len() >= max_live || live.len() >= left;
+        if !must_free && (live.is_empty() || rng.below(2) == 0) {
+            out.push(TraceOp::Alloc { id: next_id, size: rng.log_uniform(min_size, max_size), stream: 0 });
+            live.push(next_id);
+            next_id += 1;
+        } else if !live.is_empty() {
+            let i = rng.below(live.len() as u64) as usize;
+            out.push(TraceOp::Free { id: live.swap_remove(i) });
+        } else {
+            break;
+        }
+    }
+    out
+}
+
+/// What a replay measured.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct ReplayReport {
+    /// Operations replayed.
+    pub ops: u64,
+    /// Largest sum of requested bytes live at once.
+    pub peak_requested: u64,
+    /// Largest `TotalAllocated` seen after an allocation (bytes held from the raw allocator).
+    pub peak_held: u64,
+    /// Allocations that failed for lack of memory.
+    pub failed_allocs: u64,
+    /// Wall time of the replay loop, in nanoseconds.
+    pub elapsed_ns: u64,
+}
+
+impl ReplayReport {
+    /// Mean nanoseconds per operation.
+    pub fn ns_per_op(&self) -> f64 {
+        self.elapsed_ns as f64 / self.ops.max(1) as f64
+    }
+}
+
+/// Replays `trace` through `allocator`. With `track_peaks`, reads the stats after every
+/// allocation to find the peak held (slower; leave it off to time the allocator alone).
+/// An allocation the allocator refuses for lack of memory is counted and its frees
+/// skipped; an unknown or repeated id, or any other error, stops the replay with it. Every
+/// allocation still live at the end is freed (not timed).
+pub fn replay(allocator: &dyn Allocator, trace: &[TraceOp], streams: &[Stream], track_peaks: bool) -> Result<ReplayReport> {
+    let mut addrs: Vec<Option<(u64, u64)>> = Vec::new();
+    let mut report = ReplayReport::default();
+    let mut requested = 0u64;
+    let started = Instant::now();
+    let result = (|| {
+        for op in trace {
+            match *op {
+                TraceOp::Alloc { id, size, stream } => {
+                    let slot = usize::try_from(id).map_err(|_| ArenaError::invalid_argument(format!("trace id {id} is too large")))?;
+                    if slot >= addrs.len() {
+                        addrs.resize(slot + 1, None);
+                    }
+                    if addrs[slot].is_some() {
+                        return Err(ArenaError::invalid_argument(format!("trace id {id} is allocated twice")));
+                    }
+                    let got = if stream == 0 {
+                        allocator.alloc(size)
+                    } else {
+                        let s = streams.get(stream as usize - 1).ok_or_else(|| {
+                            ArenaError::invalid_argument(format!("trace stream {stream} was not given"))
+                        })?;
+                        allocator.alloc_on_stream(size, s)
+                    };
+                    match got {
+                        Ok(addr) => {
+                            addrs[slot] = Some((addr.unwrap_or(0), size));
+                            requested += size;
+                            report.peak_requested = report.peak_requested.max(requested);
+                            if track_peaks {
+                                report.peak_held = report.peak_held.max(allocator.stats().total_allocated);
+                            }
+                        }
+                        Err(ArenaError::OutOfMemory { .. }) => report.failed_allocs += 1,
+                        Err(e) => return Err(e),
+                    }
+                }
+                TraceOp::Free { id } => {
+                    let entry = usize::try_from(id).ok().and_then(|i| addrs.get_mut(i)).and_then(Option::take);
+                    if let Some((addr, size)) = entry {
+                        allocator.free(addr)?;
+                        requested -= size;
+                    }
+                }
+            }
+            report.ops += 1;
+        }
+        Ok(())
+    })();
+    report.elapsed_ns = started.elapsed().as_nanos() as u64;
+    for (addr, _) in addrs.into_iter().flatten() {
+        allocator.free(addr)?;
+    }
+    result.map(|()| report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mixed_traces_stay_within_limits_and_free_everything() {
+        let t = mixed_trace(10_000, 256, 64 << 20, 100, 1);
+        assert_eq!(t.len(), 10_000);
+        let (mut live, mut peak) = (0i64, 0i64);
+        for op in &t {
+            match op {
+                TraceOp::Alloc { size, .. } => {
+                    assert!((256..=64 << 20).contains(size));
+                    live += 1;
+                }
+                TraceOp::Free { .. } => live -= 1,
+            }
+            peak = peak.max(live);
+        }
+        assert_eq!(live, 0);
+        assert!(peak <= 100 && peak > 10);
+    }
+
+    #[test]
+    fn the_same_seed_gives_the_same_trace() {
+        assert_eq!(mixed_trace(1000, 256, 4096, 50, 7), mixed_trace(1000, 256, 4096, 50, 7));
+        assert_ne!(mixed_trace(1000, 256, 4096, 50, 7), mixed_trace(1000, 256, 4096, 50, 8));
+    }
+}

@@ -1,0 +1,149 @@
+//! Many threads on one arena: 8 threads x 100,000 random ops, then the invariants.
+
+mod common;
+use arena_core::{Allocator, Arena, ArenaConfig, HostAllocator, RawAllocator, Stream, VirtualAllocator};
+use common::*;
+use std::sync::{Arc, Barrier};
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    /// Log-uniform in [256, 2^max_log2).
+    fn size(&mut self, max_log2: u64) -> u64 {
+        let log = 8 + self.next() % (max_log2 - 8);
+        (1 << log) + self.next() % (1 << log)
+    }
+}
+
+/// Runs `ops` random operations on `arena` from one thread; returns what is still live
+/// as `(addr, requested)`.
+fn worker<R: RawAllocator>(arena: &Arena<R>, seed: u64, ops: usize) -> Vec<(u64, u64)> {
+    let mut rng = Rng(seed);
+    let stream = Stream::new();
+    let mut live: Vec<(u64, u64, bool)> = Vec::new();
+    for _ in 0..ops {
+        match rng.next() % 16 {
+            0..=5 => {
+                let size = rng.size(22);
+                if let Ok(Some(p)) = arena.alloc(size) {
+                    live.push((p, size, false));
+                }
+            }
+            6..=7 => {
+                let size = rng.size(20);
+                if let Ok(Some(p)) = arena.alloc_on_stream(size, &stream) {
+                    live.push((p, size, false));
+                }
+            }
+            8 => {
+                let size = rng.size(16);
+                if let Ok(Some(p)) = arena.reserve(size) {
+                    live.push((p, size, true));
+                }
+            }
+            9..=14 if !live.is_empty() => {
+                let (p, size, _) = live.swap_remove((rng.next() as usize) % live.len());
+                assert_eq!(arena.requested_size(p), Ok(size), "another thread got our memory");
+                arena.free(p).expect("own live pointer");
+            }
+            15 if rng.next() % 64 == 0 => {
+                arena.shrink().expect("shrink");
+                arena.reset_chunks_using_stream(&stream).expect("reset");
+            }
+            _ => {}
+        }
+        if live.len() > 200 {
+            let (p, _, _) = live.swap_remove(0);
+            arena.free(p).expect("own live pointer");
+        }
+    }
+    live.into_iter().map(|(p, s, _)| (p, s)).collect()
+}
+
+fn run_threads<R: RawAllocator + 'static>(arena: Arc<Arena<R>>, threads: u64, ops: usize) -> Vec<(u64, u64)> {
+    let barrier = Arc::new(Barrier::new(threads as usize));
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let (arena, barrier) = (arena.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                worker(&arena, 0x9E37_79B9_7F4A_7C15 ^ (t + 1) * 0x1234_5679, ops)
+            })
+        })
+        .collect();
+    handles.into_iter().flat_map(|h| h.join().expect("worker panicked")).collect()
+}
+
+#[test]
+fn eight_threads_of_100000_random_ops_leave_a_consistent_arena() {
+    let arena = Arc::new(Arena::new(VirtualAllocator::default(), ArenaConfig::default()).expect("arena"));
+    let mut live = run_threads(arena.clone(), 8, 100_000);
+    arena.check_invariants().expect("consistent after the threads");
+    live.sort_unstable();
+    let mut in_use = 0;
+    for (i, &(p, size)) in live.iter().enumerate() {
+        let allocated = arena.allocated_size(p).expect("live");
+        in_use += allocated;
+        assert_eq!(arena.requested_size(p), Ok(size));
+        if let Some(&(next, _)) = live.get(i + 1) {
+            assert!(p + allocated <= next, "allocations overlap");
+        }
+    }
+    assert_eq!(arena.stats().in_use, in_use);
+    for (p, _) in live {
+        arena.free(p).expect("live");
+    }
+    arena.shrink().expect("shrink");
+    arena.check_invariants().expect("consistent");
+    let s = arena.stats();
+    assert_eq!((s.in_use, s.requested_in_use, s.total_allocated), (0, 0, 0));
+    assert_eq!(arena.raw().raw_stats().raw_bytes_outstanding, 0);
+}
+
+#[test]
+fn threads_writing_their_own_allocations_never_see_each_others_bytes() {
+    let arena = Arc::new(Arena::new(HostAllocator::default(), config(&[])).expect("arena"));
+    let handles: Vec<_> = (0..8u8)
+        .map(|t| {
+            let arena = arena.clone();
+            std::thread::spawn(move || {
+                let mut rng = Rng(u64::from(t) + 7);
+                let mut live: Vec<(u64, u64)> = Vec::new();
+                for _ in 0..3_000 {
+                    if live.len() < 16 && rng.next() % 2 == 0 {
+                        let size = 1 + rng.next() % 5000;
+                        let p = alloc(&*arena, size);
+                        arena.fill(p, t, size).expect("own memory");
+                        live.push((p, size));
+                    } else if let Some((p, size)) = live.pop() {
+                        let mut back = vec![0u8; size as usize];
+                        arena.read(p, &mut back).expect("own memory");
+                        assert!(back.iter().all(|&b| b == t), "thread {t} found foreign bytes");
+                        arena.free(p).expect("live");
+                    }
+                }
+                for (p, _) in live {
+                    arena.free(p).expect("live");
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("no thread saw foreign bytes");
+    }
+    arena.check_invariants().expect("consistent");
+    assert_eq!(arena.stats().in_use, 0);
+}
+
+#[test]
+fn the_arena_is_send_and_sync() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Arena<VirtualAllocator>>();
+    assert_send_sync::<Arena<HostAllocator>>();
+    assert_send_sync::<arena_core::PlainAllocator<HostAllocator>>();
+}
