@@ -6,6 +6,7 @@
 //! One mutex guards the whole state, as in ORT; raw allocator calls happen under it.
 
 use crate::addr_map::AddrMap;
+use crate::lock::ArenaLock;
 use crate::allocator::{out_of_range, range_inside, Allocator};
 use crate::bins::{bin_for_size, bin_size, round_up_256, MIN_ALLOCATION_SIZE, NUM_BINS};
 use crate::chunks::{Chunk, ChunkSlab};
@@ -18,7 +19,6 @@ use crate::raw::RawAllocator;
 use crate::region::{Region, RegionSet};
 use crate::stats::AllocatorStats;
 use crate::stream::{Clock, Stream, StreamId};
-use parking_lot::Mutex;
 
 /// ORT's back-off: a refused region is retried at 90% of its size (single precision, as ORT
 /// computes it) until it would be smaller than the request or than this many bytes.
@@ -31,7 +31,7 @@ pub struct Arena<R: RawAllocator> {
     raw: R,
     config: ArenaConfig,
     stream_aware: bool,
-    state: Mutex<State>,
+    state: ArenaLock<State>,
 }
 
 #[derive(Debug)]
@@ -39,9 +39,8 @@ struct State {
     chunks: ChunkSlab,
     /// Exactly the free chunks, each in the bin of its size.
     bins: FreeBins,
+    /// The regions, and through them the in-use chunk at each address.
     regions: RegionSet,
-    /// Exactly the in-use chunks, by start address.
-    live: AddrMap<u32>,
     /// Live reserves: address → size (not rounded).
     reserves: AddrMap<u64>,
     stats: AllocatorStats,
@@ -60,7 +59,6 @@ impl<R: RawAllocator> Arena<R> {
             chunks: ChunkSlab::default(),
             bins: FreeBins::new(),
             regions: RegionSet::default(),
-            live: AddrMap::default(),
             reserves: AddrMap::default(),
             stats: AllocatorStats::with_limit(config.max_mem),
             growth: round_up_256(first).unwrap_or(first),
@@ -71,7 +69,7 @@ impl<R: RawAllocator> Arena<R> {
             raw,
             config,
             stream_aware: true,
-            state: Mutex::new(state),
+            state: ArenaLock::new(state),
         })
     }
 
@@ -200,9 +198,8 @@ impl State {
             c.sync_id = sync_id;
         }
         let (addr, chunk_size, region) = (c.addr, c.size, c.region);
-        self.regions.get_mut(region).in_use_chunks += 1;
+        self.regions.mark_live(region, addr, id);
         self.stats.add_in_use(chunk_size, size);
-        self.live.insert(addr, id);
         addr
     }
 
@@ -235,10 +232,10 @@ impl State {
     fn release_chunk(&mut self, id: u32) {
         let c = self.chunks.get_mut(id);
         c.in_use = false;
-        let (size, requested, region) = (c.size, c.requested_size, c.region);
+        let (addr, size, requested, region) = (c.addr, c.size, c.requested_size, c.region);
         c.requested_size = 0;
         self.stats.remove_in_use(size, requested);
-        self.regions.get_mut(region).in_use_chunks -= 1;
+        self.regions.mark_free(region, addr);
         let mut id = id;
         let c = *self.chunks.get(id);
         if c.next != NIL && self.mergeable(id, c.next) {
@@ -356,15 +353,8 @@ impl State {
     }
 
     fn add_region(&mut self, base: u64, size: u64) {
-        let region = Region {
-            id: self.next_region_id,
-            base,
-            size,
-            first_chunk: NIL,
-            in_use_chunks: 0,
-        };
+        let slot = self.regions.insert(Region::new(self.next_region_id, base, size, NIL));
         self.next_region_id += 1;
-        let slot = self.regions.insert(region);
         let chunk = Chunk {
             addr: base,
             size,
@@ -390,12 +380,13 @@ impl State {
         let mut released = 0;
         let mut first_err = None;
         for slot in self.regions.idle_slots() {
-            let r = *self.regions.get_mut(slot);
-            if let Err(e) = raw.free(r.base, r.size) {
+            let r = self.regions.get(slot);
+            let (base, size, first) = (r.base, r.size, r.first_chunk);
+            if let Err(e) = raw.free(base, size) {
                 first_err.get_or_insert(e);
                 continue;
             }
-            let mut id = r.first_chunk;
+            let mut id = first;
             while id != NIL {
                 let next = self.chunks.get(id).next;
                 self.bins.remove(id);
@@ -403,7 +394,7 @@ impl State {
                 id = next;
             }
             self.regions.remove(slot);
-            self.stats.total_allocated -= r.size;
+            self.stats.total_allocated -= size;
             self.stats.num_arena_extensions -= 1;
             self.stats.num_arena_shrinkages += 1;
             released += 1;
@@ -516,8 +507,8 @@ impl State {
     }
 
     fn live_chunk(&self, addr: u64) -> Result<&Chunk> {
-        match self.live.get(&addr) {
-            Some(&id) => Ok(self.chunks.get(id)),
+        match self.regions.live_chunk_at(addr) {
+            Some(id) => Ok(self.chunks.get(id)),
             None => Err(ArenaError::unknown_pointer(
                 addr,
                 self.describe_unknown(addr),
@@ -526,7 +517,7 @@ impl State {
     }
 
     fn log(&self) -> MemoryLog {
-        let mut regions: Vec<RegionLog> = self
+        let regions: Vec<RegionLog> = self
             .regions
             .iter()
             .map(|(_, r)| {
@@ -553,7 +544,6 @@ impl State {
                 }
             })
             .collect();
-        regions.sort_by_key(|r| r.base);
         let mut bins: Vec<BinLog> = (0..NUM_BINS)
             .map(|b| BinLog {
                 bin_size: bin_size(b),
@@ -591,7 +581,7 @@ impl State {
 
     fn check<R: RawAllocator>(&self, raw: &R) -> std::result::Result<(), String> {
         self.bins.check()?;
-        let (mut in_use, mut requested, mut held, mut free_chunks, mut live) = (0, 0, 0, 0, 0);
+        let (mut in_use, mut requested, mut held, mut free_chunks) = (0, 0, 0, 0);
         for (slot, r) in self.regions.iter() {
             let mut expect_addr = r.base;
             let mut prev = NIL;
@@ -611,9 +601,9 @@ impl State {
                     ));
                 }
                 if c.in_use {
-                    if self.bins.contains(id) || self.live.get(&c.addr) != Some(&id) {
+                    if self.bins.contains(id) || self.regions.live_chunk_at(c.addr) != Some(id) {
                         return Err(format!(
-                            "in-use chunk {id} is in a bin or missing from the map"
+                            "in-use chunk {id} is in a bin or missing from the address table"
                         ));
                     }
                     if c.requested_size == 0 || c.requested_size > c.size {
@@ -623,12 +613,11 @@ impl State {
                         ));
                     }
                     busy += 1;
-                    live += 1;
                     in_use += c.size;
                     requested += c.requested_size;
                 } else {
-                    if !self.bins.contains(id) {
-                        return Err(format!("free chunk {id} is not in a bin"));
+                    if !self.bins.contains(id) || self.regions.live_chunk_at(c.addr).is_some() {
+                        return Err(format!("free chunk {id} is not in a bin, or is in the address table"));
                     }
                     if c.next != NIL && self.mergeable(id, c.next) {
                         return Err(format!(
@@ -656,7 +645,6 @@ impl State {
         let reserved: u64 = self.reserves.values().sum();
         let s = &self.stats;
         let checks = [
-            ("in-use chunks in the map", self.live.len() as u64, live),
             ("free chunks in bins", self.bins.len() as u64, free_chunks),
             ("InUse", s.in_use, in_use + reserved),
             ("RequestedInUse", s.requested_in_use, requested + reserved),
@@ -708,6 +696,10 @@ impl<R: RawAllocator> Allocator for Arena<R> {
             return Ok(());
         }
         let mut st = self.state.lock();
+        if let Some(id) = st.regions.live_chunk_at(addr) {
+            st.release_chunk(id);
+            return Ok(());
+        }
         if let Some(&size) = st.reserves.get(&addr) {
             self.raw.free(addr, size)?;
             st.reserves.remove(&addr);
@@ -716,13 +708,7 @@ impl<R: RawAllocator> Allocator for Arena<R> {
             st.stats.total_allocated -= size;
             return Ok(());
         }
-        match st.live.remove(&addr) {
-            Some(id) => {
-                st.release_chunk(id);
-                Ok(())
-            }
-            None => Err(ArenaError::unknown_pointer(addr, st.describe_unknown(addr))),
-        }
+        Err(ArenaError::unknown_pointer(addr, st.describe_unknown(addr)))
     }
 
     fn reserve(&self, size: u64) -> Result<Option<u64>> {

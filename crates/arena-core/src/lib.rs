@@ -26,6 +26,7 @@ mod chunks;
 pub mod config;
 mod error;
 pub mod free_list;
+mod lock;
 mod memory_info;
 mod memory_log;
 pub mod raw;
