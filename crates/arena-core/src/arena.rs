@@ -90,6 +90,7 @@ impl<R: RawAllocator> Arena<R> {
     }
 
     /// The size as the arena will hand it out, or why it never can (DESIGN decision 4).
+    #[inline]
     fn rounded(&self, size: u64) -> Result<u64> {
         let rounded = round_up_256(size).ok_or_else(|| {
             ArenaError::oom(
@@ -109,6 +110,7 @@ impl<R: RawAllocator> Arena<R> {
         Ok(rounded)
     }
 
+    #[inline]
     fn allocate(&self, size: u64, stream: Option<&Stream>) -> Result<Option<u64>> {
         if size == 0 {
             return Ok(None);
@@ -162,6 +164,7 @@ impl<R: RawAllocator> Arena<R> {
 
 impl State {
     /// The best free chunk for `rounded` bytes that stream `consumer` may use (0: no stream).
+    #[inline]
     fn find(&self, rounded: u64, consumer: StreamId, clock: Option<&Clock>) -> Option<u32> {
         let chunks = &self.chunks;
         self.bins.best_fit(rounded, |id| {
@@ -172,7 +175,10 @@ impl State {
         })
     }
 
-    /// Hands out free chunk `id`, splitting off what is left when ORT's rule says so.
+    /// Hands out free chunk `id`, splitting off what is left when ORT's rule says so. The
+    /// caller gets the low end, as in ORT.
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
     fn take(
         &mut self,
         id: u32,
@@ -182,11 +188,13 @@ impl State {
         sync_id: u64,
         max_dead: u64,
     ) -> u64 {
-        self.bins.remove(id);
         let c = *self.chunks.get(id);
-        if c.size / 2 >= rounded || c.size - rounded >= max_dead {
-            self.split(id, rounded);
-        }
+        let id = if c.size / 2 >= rounded || c.size - rounded >= max_dead {
+            self.split_front(id, rounded)
+        } else {
+            self.bins.remove(id);
+            id
+        };
         let alloc_id = self.next_alloc_id;
         self.next_alloc_id += 1;
         let c = self.chunks.get_mut(id);
@@ -203,32 +211,31 @@ impl State {
         addr
     }
 
-    /// Cuts chunk `id` (out of the bins) at `rounded`; the rest, with the same stream and
-    /// sync id, goes into its bin.
-    fn split(&mut self, id: u32, rounded: u64) {
+    /// Cuts the first `rounded` bytes off free chunk `id` into a new chunk (same stream and
+    /// sync id, out of the bins) and returns it; `id` keeps the rest and stays in the bins,
+    /// re-keyed in place where its bin allows.
+    #[inline]
+    fn split_front(&mut self, id: u32, rounded: u64) -> u32 {
         let c = *self.chunks.get(id);
-        let rest = Chunk {
-            addr: c.addr + rounded,
-            size: c.size - rounded,
-            requested_size: 0,
-            prev: id,
-            next: c.next,
-            in_use: false,
-            alloc_id: 0,
-            ..c
-        };
-        let rest_id = self.chunks.insert(rest);
-        if c.next != NIL {
-            self.chunks.get_mut(c.next).prev = rest_id;
+        let front = Chunk { size: rounded, requested_size: 0, next: id, in_use: false, alloc_id: 0, ..c };
+        let front_id = self.chunks.insert(front);
+        if c.prev != NIL {
+            self.chunks.get_mut(c.prev).next = front_id;
+        } else {
+            self.regions.get_mut(c.region).first_chunk = front_id;
         }
-        let c = self.chunks.get_mut(id);
-        c.next = rest_id;
-        c.size = rounded;
-        self.bins.insert(rest_id, rest.size, rest.addr);
+        let rest = self.chunks.get_mut(id);
+        rest.addr += rounded;
+        rest.size -= rounded;
+        rest.prev = front_id;
+        let (size, addr) = (rest.size, rest.addr);
+        self.bins.rekey(id, size, addr);
+        front_id
     }
 
     /// Marks in-use chunk `id` free, merges it with free neighbours of the same stream and
-    /// puts the result in its bin.
+    /// leaves the result in its bin.
+    #[inline]
     fn release_chunk(&mut self, id: u32) {
         let c = self.chunks.get_mut(id);
         c.in_use = false;
@@ -236,28 +243,53 @@ impl State {
         c.requested_size = 0;
         self.stats.remove_in_use(size, requested);
         self.regions.mark_free(region, addr);
-        let mut id = id;
         let c = *self.chunks.get(id);
-        if c.next != NIL && self.mergeable(id, c.next) {
-            self.bins.remove(c.next);
-            self.merge(id, c.next);
+        // The free chunk above absorbs this one (it keeps its bin entry, re-keyed below).
+        let (cur, binned) = if c.next != NIL && self.mergeable(id, c.next) {
+            let above = c.next;
+            let a = self.chunks.get_mut(above);
+            a.addr = c.addr;
+            a.size += c.size;
+            a.prev = c.prev;
+            a.sync_id = a.sync_id.max(c.sync_id);
+            if c.prev != NIL {
+                self.chunks.get_mut(c.prev).next = above;
+            } else {
+                self.regions.get_mut(c.region).first_chunk = above;
+            }
+            self.chunks.remove(id);
+            (above, true)
+        } else {
+            (id, false)
+        };
+        let prev = self.chunks.get(cur).prev;
+        if prev != NIL && self.mergeable(prev, cur) {
+            if binned {
+                self.bins.remove(cur);
+            }
+            self.merge(prev, cur);
+            let p = self.chunks.get(prev);
+            self.bins.rekey(prev, p.size, p.addr);
+        } else {
+            let c = self.chunks.get(cur);
+            if binned {
+                self.bins.rekey(cur, c.size, c.addr);
+            } else {
+                self.bins.insert(cur, c.size, c.addr);
+            }
         }
-        if c.prev != NIL && self.mergeable(c.prev, id) {
-            self.bins.remove(c.prev);
-            self.merge(c.prev, id);
-            id = c.prev;
-        }
-        let c = self.chunks.get(id);
-        self.bins.insert(id, c.size, c.addr);
     }
 
     /// Whether adjacent chunks `a` (lower) and `b` are both free and of one stream.
+    #[inline]
     fn mergeable(&self, a: u32, b: u32) -> bool {
         let (a, b) = (self.chunks.get(a), self.chunks.get(b));
         !a.in_use && !b.in_use && a.stream == b.stream
     }
 
-    /// Absorbs chunk `b` into the chunk `a` just below it. Neither may be in a bin.
+    /// Absorbs chunk `b` into the chunk `a` just below it. `b` must not be in a bin; `a`'s
+    /// bin entry, if any, is left stale for the caller to re-key.
+    #[inline]
     fn merge(&mut self, a: u32, b: u32) {
         let bc = *self.chunks.get(b);
         let ac = self.chunks.get_mut(a);

@@ -82,6 +82,7 @@ impl FreeBins {
         (n.size, n.addr)
     }
 
+    #[inline]
     fn next_prio(&mut self) -> u32 {
         // xorshift32: priorities only need to be unrelated to the keys.
         let mut x = self.rng;
@@ -93,36 +94,37 @@ impl FreeBins {
     }
 
     /// Adds chunk `id` of `size` bytes at `addr` to its bin. `id` must not be in a bin.
+    #[inline]
     pub fn insert(&mut self, id: u32, size: u64, addr: u64) {
         let i = id as usize;
         if i >= self.nodes.len() {
             self.nodes.resize(i + 1, EMPTY_NODE);
         }
         debug_assert!(!self.nodes[i].linked, "chunk {id} is already in a bin");
-        let prio = self.next_prio();
-        self.nodes[i] = Node {
-            size,
-            addr,
-            left: NIL,
-            right: NIL,
-            prio,
-            linked: true,
-        };
         let b = bin_for_size(size);
         let root = self.roots[b];
-        self.roots[b] = self.insert_at(root, id);
+        // An empty bin needs no priority and no descent.
+        let prio = if root == NIL { 0 } else { self.next_prio() };
+        self.nodes[i] = Node { size, addr, left: NIL, right: NIL, prio, linked: true };
+        self.roots[b] = if root == NIL { id } else { self.insert_at(root, id) };
         self.non_empty |= 1 << b;
         self.len += 1;
     }
 
     /// Removes chunk `id` from its bin. Returns false if it was not in one.
+    #[inline]
     pub fn remove(&mut self, id: u32) -> bool {
         if !self.contains(id) {
             return false;
         }
-        let b = bin_for_size(self.nodes[id as usize].size);
+        let n = self.nodes[id as usize];
+        let b = bin_for_size(n.size);
         let root = self.roots[b];
-        self.roots[b] = self.remove_at(root, id);
+        self.roots[b] = if root == id && n.left == NIL && n.right == NIL {
+            NIL
+        } else {
+            self.remove_at(root, id)
+        };
         if self.roots[b] == NIL {
             self.non_empty &= !(1 << b);
         }
@@ -131,14 +133,44 @@ impl FreeBins {
         true
     }
 
+    /// Changes the key of chunk `id`, which is in a bin. A chunk alone in its bin that stays
+    /// in that bin, or moves to an empty one, is updated in place (the common case of one
+    /// large free chunk being cut and restored); otherwise it is moved.
+    #[inline]
+    pub fn rekey(&mut self, id: u32, size: u64, addr: u64) {
+        let n = self.nodes[id as usize];
+        debug_assert!(n.linked, "chunk {id} is not in a bin");
+        let (from, to) = (bin_for_size(n.size), bin_for_size(size));
+        if self.roots[from] == id && n.left == NIL && n.right == NIL && (from == to || self.roots[to] == NIL) {
+            self.roots[from] = NIL;
+            self.non_empty &= !(1 << from);
+            self.roots[to] = id;
+            self.non_empty |= 1 << to;
+            let n = &mut self.nodes[id as usize];
+            n.size = size;
+            n.addr = addr;
+        } else {
+            self.remove(id);
+            self.insert(id, size, addr);
+        }
+    }
+
     /// The smallest free chunk of at least `min_size` bytes that `accept` takes, ties broken
     /// by lowest address: bins in ascending order, each in `(size, address)` order.
+    #[inline]
     pub fn best_fit(&self, min_size: u64, mut accept: impl FnMut(u32) -> bool) -> Option<u32> {
         let start = bin_for_size(min_size);
         let mut mask = self.non_empty & !((1u32 << start) - 1);
         while mask != 0 {
             let b = mask.trailing_zeros() as usize;
-            if let Some(id) = self.find(self.roots[b], min_size, &mut accept) {
+            let root = self.roots[b];
+            let n = &self.nodes[root as usize];
+            // A lone chunk (the common warm state) needs no descent.
+            if n.left == NIL && n.right == NIL {
+                if n.size >= min_size && accept(root) {
+                    return Some(root);
+                }
+            } else if let Some(id) = self.find(root, min_size, &mut accept) {
                 return Some(id);
             }
             mask &= mask - 1;
