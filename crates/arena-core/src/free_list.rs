@@ -136,7 +136,7 @@ impl FreeBins {
     /// Changes the key of chunk `id`, which is in a bin. A chunk alone in its bin that stays
     /// in that bin, or moves to an empty one, is updated in place (the common case of one
     /// large free chunk being cut and restored); otherwise it is moved.
-    #[inline]
+    #[inline(always)]
     pub fn rekey(&mut self, id: u32, size: u64, addr: u64) {
         let n = self.nodes[id as usize];
         debug_assert!(n.linked, "chunk {id} is not in a bin");
@@ -150,27 +150,40 @@ impl FreeBins {
             n.size = size;
             n.addr = addr;
         } else {
-            self.remove(id);
-            self.insert(id, size, addr);
+            self.move_chunk(id, size, addr);
         }
+    }
+
+    /// `rekey`'s general case, out of line so the fast path stays small.
+    #[cold]
+    #[inline(never)]
+    fn move_chunk(&mut self, id: u32, size: u64, addr: u64) {
+        self.remove(id);
+        self.insert(id, size, addr);
     }
 
     /// The smallest free chunk of at least `min_size` bytes that `accept` takes, ties broken
     /// by lowest address: bins in ascending order, each in `(size, address)` order.
-    #[inline]
+    #[inline(always)]
     pub fn best_fit(&self, min_size: u64, mut accept: impl FnMut(u32) -> bool) -> Option<u32> {
-        let start = bin_for_size(min_size);
-        let mut mask = self.non_empty & !((1u32 << start) - 1);
+        let mask = self.non_empty & !((1u32 << bin_for_size(min_size)) - 1);
+        if mask == 0 {
+            return None;
+        }
+        // A lone chunk in the first candidate bin (the common warm state) needs no descent.
+        let root = self.roots[mask.trailing_zeros() as usize];
+        let n = &self.nodes[root as usize];
+        if n.left == NIL && n.right == NIL && n.size >= min_size && accept(root) {
+            return Some(root);
+        }
+        self.best_fit_in(mask, min_size, accept)
+    }
+
+    #[inline(never)]
+    fn best_fit_in(&self, mut mask: u32, min_size: u64, mut accept: impl FnMut(u32) -> bool) -> Option<u32> {
         while mask != 0 {
             let b = mask.trailing_zeros() as usize;
-            let root = self.roots[b];
-            let n = &self.nodes[root as usize];
-            // A lone chunk (the common warm state) needs no descent.
-            if n.left == NIL && n.right == NIL {
-                if n.size >= min_size && accept(root) {
-                    return Some(root);
-                }
-            } else if let Some(id) = self.find(root, min_size, &mut accept) {
+            if let Some(id) = self.find(self.roots[b], min_size, &mut accept) {
                 return Some(id);
             }
             mask &= mask - 1;
