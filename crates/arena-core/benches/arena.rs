@@ -20,7 +20,10 @@ fn warm_arena(size: u64) -> Arena<VirtualAllocator> {
 }
 
 fn pair(arena: &impl Allocator, size: u64) {
-    let p = arena.alloc(black_box(size)).expect("fits").expect("non-zero");
+    let p = arena
+        .alloc(black_box(size))
+        .expect("fits")
+        .expect("non-zero");
     arena.free(black_box(p)).expect("live");
 }
 
@@ -77,7 +80,8 @@ fn trace_replay(c: &mut Criterion) {
         b.iter_custom(|iters| {
             let mut total = Duration::ZERO;
             for _ in 0..iters {
-                let arena = Arena::new(VirtualAllocator::default(), ArenaConfig::default()).expect("arena");
+                let arena =
+                    Arena::new(VirtualAllocator::default(), ArenaConfig::default()).expect("arena");
                 let report = replay(&arena, &trace, &[], false).expect("replay");
                 assert_eq!(report.failed_allocs, 0);
                 total += Duration::from_nanos(report.elapsed_ns);
@@ -88,5 +92,10 @@ fn trace_replay(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, alloc_free_pair, alloc_free_pair_threads, trace_replay);
+criterion_group!(
+    benches,
+    alloc_free_pair,
+    alloc_free_pair_threads,
+    trace_replay
+);
 criterion_main!(benches);

@@ -5,14 +5,14 @@
 //!
 //! One mutex guards the whole state, as in ORT; raw allocator calls happen under it.
 
-use crate::addr_map::AddrMap;
-use crate::lock::ArenaLock;
+use crate::addr_map::{AddrMap, AddrTable};
 use crate::allocator::{out_of_range, range_inside, Allocator};
 use crate::bins::{bin_for_size, bin_size, round_up_256, MIN_ALLOCATION_SIZE, NUM_BINS};
 use crate::chunks::{Chunk, ChunkSlab};
 use crate::config::{ArenaConfig, ExtendStrategy};
 use crate::error::{ArenaError, Result};
 use crate::free_list::{FreeBins, NIL};
+use crate::lock::ArenaLock;
 use crate::memory_info::MemoryInfo;
 use crate::memory_log::{BinLog, ChunkLog, MemoryLog, RegionLog, ReserveLog};
 use crate::raw::RawAllocator;
@@ -39,8 +39,9 @@ struct State {
     chunks: ChunkSlab,
     /// Exactly the free chunks, each in the bin of its size.
     bins: FreeBins,
-    /// The regions, and through them the in-use chunk at each address.
     regions: RegionSet,
+    /// Exactly the in-use chunks, by start address.
+    live: AddrTable,
     /// Live reserves: address → size (not rounded).
     reserves: AddrMap<u64>,
     stats: AllocatorStats,
@@ -59,6 +60,7 @@ impl<R: RawAllocator> Arena<R> {
             chunks: ChunkSlab::default(),
             bins: FreeBins::new(),
             regions: RegionSet::default(),
+            live: AddrTable::default(),
             reserves: AddrMap::default(),
             stats: AllocatorStats::with_limit(config.max_mem),
             growth: round_up_256(first).unwrap_or(first),
@@ -167,12 +169,18 @@ impl State {
     #[inline]
     fn find(&self, rounded: u64, consumer: StreamId, clock: Option<&Clock>) -> Option<u32> {
         let chunks = &self.chunks;
-        self.bins.best_fit(rounded, |id| {
-            let c = chunks.get(id);
-            c.stream == consumer
-                || c.stream == 0
-                || clock.is_some_and(|cl| c.sync_id < cl.last_wait(c.stream))
-        })
+        self.bins.best_fit(
+            rounded,
+            #[inline(always)]
+            |id| {
+                let c = chunks.get(id);
+                // ORT's rule: the consumer's own chunk, an unassigned one, or one whose stream
+                // the consumer has waited on since the chunk was handed out there.
+                c.stream == consumer
+                    || c.stream == 0
+                    || clock.is_some_and(|cl| c.sync_id < cl.last_wait(c.stream))
+            },
+        )
     }
 
     /// Hands out free chunk `id`, splitting off what is left when ORT's rule says so. The
@@ -206,7 +214,8 @@ impl State {
             c.sync_id = sync_id;
         }
         let (addr, chunk_size, region) = (c.addr, c.size, c.region);
-        self.regions.mark_live(region, addr, id);
+        self.regions.get_mut(region).in_use_chunks += 1;
+        self.live.insert(addr, id);
         self.stats.add_in_use(chunk_size, size);
         addr
     }
@@ -217,7 +226,14 @@ impl State {
     #[inline]
     fn split_front(&mut self, id: u32, rounded: u64) -> u32 {
         let c = *self.chunks.get(id);
-        let front = Chunk { size: rounded, requested_size: 0, next: id, in_use: false, alloc_id: 0, ..c };
+        let front = Chunk {
+            size: rounded,
+            requested_size: 0,
+            next: id,
+            in_use: false,
+            alloc_id: 0,
+            ..c
+        };
         let front_id = self.chunks.insert(front);
         if c.prev != NIL {
             self.chunks.get_mut(c.prev).next = front_id;
@@ -242,7 +258,8 @@ impl State {
         let (addr, size, requested, region) = (c.addr, c.size, c.requested_size, c.region);
         c.requested_size = 0;
         self.stats.remove_in_use(size, requested);
-        self.regions.mark_free(region, addr);
+        self.regions.get_mut(region).in_use_chunks -= 1;
+        self.live.remove(addr);
         let c = *self.chunks.get(id);
         // The free chunk above absorbs this one (it keeps its bin entry, re-keyed below).
         let (cur, binned) = if c.next != NIL && self.mergeable(id, c.next) {
@@ -385,7 +402,14 @@ impl State {
     }
 
     fn add_region(&mut self, base: u64, size: u64) {
-        let slot = self.regions.insert(Region::new(self.next_region_id, base, size, NIL));
+        let region = Region {
+            id: self.next_region_id,
+            base,
+            size,
+            first_chunk: NIL,
+            in_use_chunks: 0,
+        };
+        let slot = self.regions.insert(region);
         self.next_region_id += 1;
         let chunk = Chunk {
             addr: base,
@@ -501,11 +525,7 @@ impl State {
 
     /// The in-use chunk containing `addr`, if any.
     fn chunk_containing(&self, addr: u64) -> Option<&Chunk> {
-        let (_, region) = self
-            .regions
-            .iter()
-            .find(|(_, r)| addr >= r.base && addr < r.base + r.size)?;
-        let mut id = region.first_chunk;
+        let mut id = self.regions.get(self.regions.find(addr)?).first_chunk;
         while id != NIL {
             let c = self.chunks.get(id);
             if addr < c.addr + c.size {
@@ -539,7 +559,7 @@ impl State {
     }
 
     fn live_chunk(&self, addr: u64) -> Result<&Chunk> {
-        match self.regions.live_chunk_at(addr) {
+        match self.live.get(addr) {
             Some(id) => Ok(self.chunks.get(id)),
             None => Err(ArenaError::unknown_pointer(
                 addr,
@@ -613,7 +633,8 @@ impl State {
 
     fn check<R: RawAllocator>(&self, raw: &R) -> std::result::Result<(), String> {
         self.bins.check()?;
-        let (mut in_use, mut requested, mut held, mut free_chunks) = (0, 0, 0, 0);
+        let (mut in_use, mut requested, mut held, mut free_chunks, mut live_chunks) =
+            (0, 0, 0, 0, 0);
         for (slot, r) in self.regions.iter() {
             let mut expect_addr = r.base;
             let mut prev = NIL;
@@ -633,7 +654,7 @@ impl State {
                     ));
                 }
                 if c.in_use {
-                    if self.bins.contains(id) || self.regions.live_chunk_at(c.addr) != Some(id) {
+                    if self.bins.contains(id) || self.live.get(c.addr) != Some(id) {
                         return Err(format!(
                             "in-use chunk {id} is in a bin or missing from the address table"
                         ));
@@ -645,11 +666,14 @@ impl State {
                         ));
                     }
                     busy += 1;
+                    live_chunks += 1;
                     in_use += c.size;
                     requested += c.requested_size;
                 } else {
-                    if !self.bins.contains(id) || self.regions.live_chunk_at(c.addr).is_some() {
-                        return Err(format!("free chunk {id} is not in a bin, or is in the address table"));
+                    if !self.bins.contains(id) || self.live.get(c.addr).is_some() {
+                        return Err(format!(
+                            "free chunk {id} is not in a bin, or is in the address table"
+                        ));
                     }
                     if c.next != NIL && self.mergeable(id, c.next) {
                         return Err(format!(
@@ -677,6 +701,11 @@ impl State {
         let reserved: u64 = self.reserves.values().sum();
         let s = &self.stats;
         let checks = [
+            (
+                "in-use chunks in the address table",
+                self.live.len() as u64,
+                live_chunks,
+            ),
             ("free chunks in bins", self.bins.len() as u64, free_chunks),
             ("InUse", s.in_use, in_use + reserved),
             ("RequestedInUse", s.requested_in_use, requested + reserved),
@@ -719,16 +748,18 @@ impl<R: RawAllocator> Drop for Arena<R> {
 }
 
 impl<R: RawAllocator> Allocator for Arena<R> {
+    #[inline]
     fn alloc(&self, size: u64) -> Result<Option<u64>> {
         self.allocate(size, None)
     }
 
+    #[inline]
     fn free(&self, addr: u64) -> Result<()> {
         if addr == 0 {
             return Ok(());
         }
         let mut st = self.state.lock();
-        if let Some(id) = st.regions.live_chunk_at(addr) {
+        if let Some(id) = st.live.get(addr) {
             st.release_chunk(id);
             return Ok(());
         }

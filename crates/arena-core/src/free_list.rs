@@ -105,8 +105,19 @@ impl FreeBins {
         let root = self.roots[b];
         // An empty bin needs no priority and no descent.
         let prio = if root == NIL { 0 } else { self.next_prio() };
-        self.nodes[i] = Node { size, addr, left: NIL, right: NIL, prio, linked: true };
-        self.roots[b] = if root == NIL { id } else { self.insert_at(root, id) };
+        self.nodes[i] = Node {
+            size,
+            addr,
+            left: NIL,
+            right: NIL,
+            prio,
+            linked: true,
+        };
+        self.roots[b] = if root == NIL {
+            id
+        } else {
+            self.insert_at(root, id)
+        };
         self.non_empty |= 1 << b;
         self.len += 1;
     }
@@ -141,7 +152,11 @@ impl FreeBins {
         let n = self.nodes[id as usize];
         debug_assert!(n.linked, "chunk {id} is not in a bin");
         let (from, to) = (bin_for_size(n.size), bin_for_size(size));
-        if self.roots[from] == id && n.left == NIL && n.right == NIL && (from == to || self.roots[to] == NIL) {
+        if self.roots[from] == id
+            && n.left == NIL
+            && n.right == NIL
+            && (from == to || self.roots[to] == NIL)
+        {
             self.roots[from] = NIL;
             self.non_empty &= !(1 << from);
             self.roots[to] = id;
@@ -180,7 +195,12 @@ impl FreeBins {
     }
 
     #[inline(never)]
-    fn best_fit_in(&self, mut mask: u32, min_size: u64, mut accept: impl FnMut(u32) -> bool) -> Option<u32> {
+    fn best_fit_in(
+        &self,
+        mut mask: u32,
+        min_size: u64,
+        mut accept: impl FnMut(u32) -> bool,
+    ) -> Option<u32> {
         while mask != 0 {
             let b = mask.trailing_zeros() as usize;
             if let Some(id) = self.find(self.roots[b], min_size, &mut accept) {

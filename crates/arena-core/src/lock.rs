@@ -39,12 +39,17 @@ pub struct ArenaGuard<'a, T> {
 impl<T> ArenaLock<T> {
     /// A lock around `value`.
     pub fn new(value: T) -> Self {
-        ArenaLock { locked: AtomicBool::new(false), value: UnsafeCell::new(value) }
+        ArenaLock {
+            locked: AtomicBool::new(false),
+            value: UnsafeCell::new(value),
+        }
     }
 
     #[inline]
     fn try_take(&self) -> bool {
-        self.locked.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_ok()
+        self.locked
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
     }
 
     /// Waits for the lock and takes it.

@@ -65,7 +65,13 @@ impl TraceRng {
 /// The benchmark trace: `ops` operations, sizes log-uniform in `[min_size, max_size]`,
 /// lifetimes random (each free picks a random live allocation), at most `max_live` live at
 /// once, and everything freed by the end.
-pub fn mixed_trace(ops: usize, min_size: u64, max_size: u64, max_live: usize, seed: u64) -> Vec<TraceOp> {
+pub fn mixed_trace(
+    ops: usize,
+    min_size: u64,
+    max_size: u64,
+    max_live: usize,
+    seed: u64,
+) -> Vec<TraceOp> {
     let mut rng = TraceRng::new(seed);
     let mut out = Vec::with_capacity(ops);
     let mut live: Vec<u64> = Vec::new();
@@ -74,12 +80,18 @@ pub fn mixed_trace(ops: usize, min_size: u64, max_size: u64, max_live: usize, se
         let left = ops - out.len();
         let must_free = live.len() >= max_live || live.len() >= left;
         if !must_free && (live.is_empty() || rng.below(2) == 0) {
-            out.push(TraceOp::Alloc { id: next_id, size: rng.log_uniform(min_size, max_size), stream: 0 });
+            out.push(TraceOp::Alloc {
+                id: next_id,
+                size: rng.log_uniform(min_size, max_size),
+                stream: 0,
+            });
             live.push(next_id);
             next_id += 1;
         } else if !live.is_empty() {
             let i = rng.below(live.len() as u64) as usize;
-            out.push(TraceOp::Free { id: live.swap_remove(i) });
+            out.push(TraceOp::Free {
+                id: live.swap_remove(i),
+            });
         } else {
             break;
         }
@@ -114,7 +126,12 @@ impl ReplayReport {
 /// An allocation the allocator refuses for lack of memory is counted and its frees
 /// skipped; an unknown or repeated id, or any other error, stops the replay with it. Every
 /// allocation still live at the end is freed (not timed).
-pub fn replay(allocator: &dyn Allocator, trace: &[TraceOp], streams: &[Stream], track_peaks: bool) -> Result<ReplayReport> {
+pub fn replay(
+    allocator: &dyn Allocator,
+    trace: &[TraceOp],
+    streams: &[Stream],
+    track_peaks: bool,
+) -> Result<ReplayReport> {
     let mut addrs: Vec<Option<(u64, u64)>> = Vec::new();
     let mut report = ReplayReport::default();
     let mut requested = 0u64;
@@ -123,18 +140,24 @@ pub fn replay(allocator: &dyn Allocator, trace: &[TraceOp], streams: &[Stream], 
         for op in trace {
             match *op {
                 TraceOp::Alloc { id, size, stream } => {
-                    let slot = usize::try_from(id).map_err(|_| ArenaError::invalid_argument(format!("trace id {id} is too large")))?;
+                    let slot = usize::try_from(id).map_err(|_| {
+                        ArenaError::invalid_argument(format!("trace id {id} is too large"))
+                    })?;
                     if slot >= addrs.len() {
                         addrs.resize(slot + 1, None);
                     }
                     if addrs[slot].is_some() {
-                        return Err(ArenaError::invalid_argument(format!("trace id {id} is allocated twice")));
+                        return Err(ArenaError::invalid_argument(format!(
+                            "trace id {id} is allocated twice"
+                        )));
                     }
                     let got = if stream == 0 {
                         allocator.alloc(size)
                     } else {
                         let s = streams.get(stream as usize - 1).ok_or_else(|| {
-                            ArenaError::invalid_argument(format!("trace stream {stream} was not given"))
+                            ArenaError::invalid_argument(format!(
+                                "trace stream {stream} was not given"
+                            ))
                         })?;
                         allocator.alloc_on_stream(size, s)
                     };
@@ -144,7 +167,8 @@ pub fn replay(allocator: &dyn Allocator, trace: &[TraceOp], streams: &[Stream], 
                             requested += size;
                             report.peak_requested = report.peak_requested.max(requested);
                             if track_peaks {
-                                report.peak_held = report.peak_held.max(allocator.stats().total_allocated);
+                                report.peak_held =
+                                    report.peak_held.max(allocator.stats().total_allocated);
                             }
                         }
                         Err(ArenaError::OutOfMemory { .. }) => report.failed_allocs += 1,
@@ -152,7 +176,10 @@ pub fn replay(allocator: &dyn Allocator, trace: &[TraceOp], streams: &[Stream], 
                     }
                 }
                 TraceOp::Free { id } => {
-                    let entry = usize::try_from(id).ok().and_then(|i| addrs.get_mut(i)).and_then(Option::take);
+                    let entry = usize::try_from(id)
+                        .ok()
+                        .and_then(|i| addrs.get_mut(i))
+                        .and_then(Option::take);
                     if let Some((addr, size)) = entry {
                         allocator.free(addr)?;
                         requested -= size;
@@ -195,7 +222,13 @@ mod tests {
 
     #[test]
     fn the_same_seed_gives_the_same_trace() {
-        assert_eq!(mixed_trace(1000, 256, 4096, 50, 7), mixed_trace(1000, 256, 4096, 50, 7));
-        assert_ne!(mixed_trace(1000, 256, 4096, 50, 7), mixed_trace(1000, 256, 4096, 50, 8));
+        assert_eq!(
+            mixed_trace(1000, 256, 4096, 50, 7),
+            mixed_trace(1000, 256, 4096, 50, 7)
+        );
+        assert_ne!(
+            mixed_trace(1000, 256, 4096, 50, 7),
+            mixed_trace(1000, 256, 4096, 50, 8)
+        );
     }
 }

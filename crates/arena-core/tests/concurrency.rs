@@ -1,7 +1,9 @@
 //! Many threads on one arena: 8 threads x 100,000 random ops, then the invariants.
 
 mod common;
-use arena_core::{Allocator, Arena, ArenaConfig, HostAllocator, RawAllocator, Stream, VirtualAllocator};
+use arena_core::{
+    Allocator, Arena, ArenaConfig, HostAllocator, RawAllocator, Stream, VirtualAllocator,
+};
 use common::*;
 use std::sync::{Arc, Barrier};
 
@@ -48,7 +50,11 @@ fn worker<R: RawAllocator>(arena: &Arena<R>, seed: u64, ops: usize) -> Vec<(u64,
             }
             9..=14 if !live.is_empty() => {
                 let (p, size, _) = live.swap_remove((rng.next() as usize) % live.len());
-                assert_eq!(arena.requested_size(p), Ok(size), "another thread got our memory");
+                assert_eq!(
+                    arena.requested_size(p),
+                    Ok(size),
+                    "another thread got our memory"
+                );
                 arena.free(p).expect("own live pointer");
             }
             15 if rng.next() % 64 == 0 => {
@@ -65,25 +71,35 @@ fn worker<R: RawAllocator>(arena: &Arena<R>, seed: u64, ops: usize) -> Vec<(u64,
     live.into_iter().map(|(p, s, _)| (p, s)).collect()
 }
 
-fn run_threads<R: RawAllocator + 'static>(arena: Arc<Arena<R>>, threads: u64, ops: usize) -> Vec<(u64, u64)> {
+fn run_threads<R: RawAllocator + 'static>(
+    arena: Arc<Arena<R>>,
+    threads: u64,
+    ops: usize,
+) -> Vec<(u64, u64)> {
     let barrier = Arc::new(Barrier::new(threads as usize));
     let handles: Vec<_> = (0..threads)
         .map(|t| {
             let (arena, barrier) = (arena.clone(), barrier.clone());
             std::thread::spawn(move || {
                 barrier.wait();
-                worker(&arena, 0x9E37_79B9_7F4A_7C15 ^ (t + 1) * 0x1234_5679, ops)
+                worker(&arena, 0x9E37_79B9_7F4A_7C15 ^ ((t + 1) * 0x1234_5679), ops)
             })
         })
         .collect();
-    handles.into_iter().flat_map(|h| h.join().expect("worker panicked")).collect()
+    handles
+        .into_iter()
+        .flat_map(|h| h.join().expect("worker panicked"))
+        .collect()
 }
 
 #[test]
 fn eight_threads_of_100000_random_ops_leave_a_consistent_arena() {
-    let arena = Arc::new(Arena::new(VirtualAllocator::default(), ArenaConfig::default()).expect("arena"));
+    let arena =
+        Arc::new(Arena::new(VirtualAllocator::default(), ArenaConfig::default()).expect("arena"));
     let mut live = run_threads(arena.clone(), 8, 100_000);
-    arena.check_invariants().expect("consistent after the threads");
+    arena
+        .check_invariants()
+        .expect("consistent after the threads");
     live.sort_unstable();
     let mut in_use = 0;
     for (i, &(p, size)) in live.iter().enumerate() {
@@ -123,7 +139,10 @@ fn threads_writing_their_own_allocations_never_see_each_others_bytes() {
                     } else if let Some((p, size)) = live.pop() {
                         let mut back = vec![0u8; size as usize];
                         arena.read(p, &mut back).expect("own memory");
-                        assert!(back.iter().all(|&b| b == t), "thread {t} found foreign bytes");
+                        assert!(
+                            back.iter().all(|&b| b == t),
+                            "thread {t} found foreign bytes"
+                        );
                         arena.free(p).expect("live");
                     }
                 }

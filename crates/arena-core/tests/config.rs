@@ -44,24 +44,45 @@ fn every_key_is_parsed_into_its_field() {
     .expect("valid");
     assert_eq!(c.extend_strategy, ExtendStrategy::SameAsRequested);
     assert_eq!(
-        (c.initial_chunk_size_bytes, c.max_dead_bytes_per_chunk, c.initial_growth_chunk_size_bytes),
+        (
+            c.initial_chunk_size_bytes,
+            c.max_dead_bytes_per_chunk,
+            c.initial_growth_chunk_size_bytes
+        ),
         (4096, 512, 8192)
     );
-    assert_eq!((c.max_power_of_two_extend_bytes, c.max_mem), (65536, 1_000_000));
+    assert_eq!(
+        (c.max_power_of_two_extend_bytes, c.max_mem),
+        (65536, 1_000_000)
+    );
     assert!(c.use_cuda_mempool);
-    assert_eq!(c.cuda_mempool_release_threshold, Some(0), "an explicit 0 is kept, not treated as unset");
+    assert_eq!(
+        c.cuda_mempool_release_threshold,
+        Some(0),
+        "an explicit 0 is kept, not treated as unset"
+    );
     assert_eq!(c.cuda_mempool_bytes_to_keep_on_shrink, 77);
 }
 
 #[test]
 fn max_mem_zero_means_unlimited() {
-    assert_eq!(parse("arena.max_mem", "0").expect("valid").max_mem, u64::MAX);
-    assert_eq!(parse("arena.max_mem", "18446744073709551615").expect("valid").max_mem, u64::MAX);
+    assert_eq!(
+        parse("arena.max_mem", "0").expect("valid").max_mem,
+        u64::MAX
+    );
+    assert_eq!(
+        parse("arena.max_mem", "18446744073709551615")
+            .expect("valid")
+            .max_mem,
+        u64::MAX
+    );
 }
 
 #[test]
 fn values_that_are_not_plain_digits_are_rejected_naming_key_and_value() {
-    for bad in ["4096abc", " 1", "1 ", "1e9", "+1", "-1", "", "0x10", "1.0", "١٢"] {
+    for bad in [
+        "4096abc", " 1", "1 ", "1e9", "+1", "-1", "", "0x10", "1.0", "١٢",
+    ] {
         let (key, value, reason) = rejection("arena.initial_chunk_size_bytes", bad);
         assert_eq!(key, "arena.initial_chunk_size_bytes");
         assert_eq!(value, bad);
@@ -71,7 +92,11 @@ fn values_that_are_not_plain_digits_are_rejected_naming_key_and_value() {
 
 #[test]
 fn int32_keys_must_be_between_1_and_int32_max() {
-    for key in [keys::INITIAL_CHUNK_SIZE_BYTES, keys::MAX_DEAD_BYTES_PER_CHUNK, keys::INITIAL_GROWTH_CHUNK_SIZE_BYTES] {
+    for key in [
+        keys::INITIAL_CHUNK_SIZE_BYTES,
+        keys::MAX_DEAD_BYTES_PER_CHUNK,
+        keys::INITIAL_GROWTH_CHUNK_SIZE_BYTES,
+    ] {
         rejection(key, "0");
         rejection(key, "2147483648");
         assert!(parse(key, "2147483647").is_ok());
@@ -89,7 +114,12 @@ fn onnx_runtime_plugin_test_values_are_rejected_or_accepted_alike() {
 
 #[test]
 fn extend_strategy_accepts_only_0_and_1() {
-    assert_eq!(parse("arena.extend_strategy", "0").expect("valid").extend_strategy, ExtendStrategy::NextPowerOfTwo);
+    assert_eq!(
+        parse("arena.extend_strategy", "0")
+            .expect("valid")
+            .extend_strategy,
+        ExtendStrategy::NextPowerOfTwo
+    );
     for bad in ["-1", "2", "", "abc", " 1", "01"] {
         rejection("arena.extend_strategy", bad);
     }
@@ -104,8 +134,18 @@ fn flags_accept_only_0_and_1() {
 
 #[test]
 fn max_power_of_two_extend_bytes_is_rounded_up_to_a_multiple_of_256() {
-    assert_eq!(parse("arena.max_power_of_two_extend_bytes", "1000").expect("valid").max_power_of_two_extend_bytes, 1024);
-    assert_eq!(parse("arena.max_power_of_two_extend_bytes", "1").expect("valid").max_power_of_two_extend_bytes, 256);
+    assert_eq!(
+        parse("arena.max_power_of_two_extend_bytes", "1000")
+            .expect("valid")
+            .max_power_of_two_extend_bytes,
+        1024
+    );
+    assert_eq!(
+        parse("arena.max_power_of_two_extend_bytes", "1")
+            .expect("valid")
+            .max_power_of_two_extend_bytes,
+        256
+    );
     rejection("arena.max_power_of_two_extend_bytes", "0");
     rejection("arena.max_power_of_two_extend_bytes", "9223372036854775808");
 }
@@ -113,7 +153,10 @@ fn max_power_of_two_extend_bytes_is_rounded_up_to_a_multiple_of_256() {
 #[test]
 fn values_past_u64_are_rejected() {
     rejection("arena.max_mem", "18446744073709551616");
-    rejection("arena.cuda_mempool_release_threshold", "99999999999999999999999");
+    rejection(
+        "arena.cuda_mempool_release_threshold",
+        "99999999999999999999999",
+    );
 }
 
 #[test]
@@ -122,13 +165,20 @@ fn an_unknown_arena_key_is_rejected_with_the_nearest_known_key() {
     assert_eq!(key, "arena.max_memory");
     assert!(reason.contains("arena.max_mem"), "{reason}");
     assert_eq!(nearest_key("arena.extend_stratgy"), "arena.extend_strategy");
-    assert_eq!(nearest_key("arena.initial_chunk_size"), "arena.initial_chunk_size_bytes");
+    assert_eq!(
+        nearest_key("arena.initial_chunk_size"),
+        "arena.initial_chunk_size_bytes"
+    );
 }
 
 #[test]
 fn keys_outside_the_arena_namespace_are_ignored() {
-    let c = ArenaConfig::from_pairs([("session.foo", "bar"), ("max_mem", "oops"), ("ARENA.max_mem", "x")])
-        .expect("ignored");
+    let c = ArenaConfig::from_pairs([
+        ("session.foo", "bar"),
+        ("max_mem", "oops"),
+        ("ARENA.max_mem", "x"),
+    ])
+    .expect("ignored");
     assert_eq!(c, ArenaConfig::default());
 }
 
@@ -139,26 +189,41 @@ fn keys_are_case_sensitive() {
 
 #[test]
 fn later_pairs_override_earlier_ones() {
-    let c = ArenaConfig::from_pairs([("arena.max_mem", "1024"), ("arena.max_mem", "2048")]).expect("valid");
+    let c = ArenaConfig::from_pairs([("arena.max_mem", "1024"), ("arena.max_mem", "2048")])
+        .expect("valid");
     assert_eq!(c.max_mem, 2048);
 }
 
 #[test]
 fn a_rejected_config_error_has_the_invalid_config_code() {
-    assert_eq!(parse("arena.max_mem", "-5").expect_err("negative").code(), "ERR_ARENA_INVALID_CONFIG");
+    assert_eq!(
+        parse("arena.max_mem", "-5").expect_err("negative").code(),
+        "ERR_ARENA_INVALID_CONFIG"
+    );
 }
 
 #[test]
 fn configs_built_in_code_are_validated_by_the_arena() {
-    let c = ArenaConfig { max_power_of_two_extend_bytes: 1000, ..ArenaConfig::default() };
-    let err = arena_core::Arena::new(arena_core::VirtualAllocator::default(), c).expect_err("not a multiple of 256");
+    let c = ArenaConfig {
+        max_power_of_two_extend_bytes: 1000,
+        ..ArenaConfig::default()
+    };
+    let err = arena_core::Arena::new(arena_core::VirtualAllocator::default(), c)
+        .expect_err("not a multiple of 256");
     assert_eq!(err.code(), "ERR_ARENA_INVALID_CONFIG");
 }
 
 #[test]
 fn differing_keys_names_exactly_the_keys_that_differ() {
     let a = ArenaConfig::default();
-    let b = ArenaConfig { max_mem: 1 << 30, extend_strategy: ExtendStrategy::SameAsRequested, ..a.clone() };
-    assert_eq!(a.differing_keys(&b), vec!["arena.extend_strategy", "arena.max_mem"]);
+    let b = ArenaConfig {
+        max_mem: 1 << 30,
+        extend_strategy: ExtendStrategy::SameAsRequested,
+        ..a.clone()
+    };
+    assert_eq!(
+        a.differing_keys(&b),
+        vec!["arena.extend_strategy", "arena.max_mem"]
+    );
     assert!(a.differing_keys(&a.clone()).is_empty());
 }

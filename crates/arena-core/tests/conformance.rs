@@ -15,13 +15,23 @@ struct Subject {
 fn subjects() -> Vec<Subject> {
     let arena = |raw| Arena::new(raw, ArenaConfig::default()).expect("arena");
     vec![
-        Subject { name: "arena/host", allocator: Box::new(arena(HostAllocator::default())), has_memory: true },
+        Subject {
+            name: "arena/host",
+            allocator: Box::new(arena(HostAllocator::default())),
+            has_memory: true,
+        },
         Subject {
             name: "arena/virtual",
-            allocator: Box::new(Arena::new(VirtualAllocator::default(), ArenaConfig::default()).expect("arena")),
+            allocator: Box::new(
+                Arena::new(VirtualAllocator::default(), ArenaConfig::default()).expect("arena"),
+            ),
             has_memory: false,
         },
-        Subject { name: "plain/host", allocator: Box::new(PlainAllocator::new(HostAllocator::default())), has_memory: true },
+        Subject {
+            name: "plain/host",
+            allocator: Box::new(PlainAllocator::new(HostAllocator::default())),
+            has_memory: true,
+        },
         Subject {
             name: "plain/virtual",
             allocator: Box::new(PlainAllocator::new(VirtualAllocator::default())),
@@ -44,7 +54,10 @@ fn zero_byte_alloc_and_reserve_return_none_and_count_nothing() {
 fn addresses_are_256_byte_aligned_and_distinct() {
     for s in subjects() {
         let a = &*s.allocator;
-        let ps: Vec<u64> = [1, 255, 256, 257, 4095, 70000].iter().map(|&n| alloc(a, n)).collect();
+        let ps: Vec<u64> = [1, 255, 256, 257, 4095, 70000]
+            .iter()
+            .map(|&n| alloc(a, n))
+            .collect();
         assert!(ps.iter().all(|p| p % 256 == 0), "{}", s.name);
         let mut sorted = ps.clone();
         sorted.sort_unstable();
@@ -64,7 +77,12 @@ fn requested_size_is_what_was_asked_and_allocated_size_covers_it() {
         assert_eq!(a.requested_size(p).expect(s.name), 1000, "{}", s.name);
         assert!(a.allocated_size(p).expect(s.name) >= 1000, "{}", s.name);
         a.free(p).expect(s.name);
-        assert_eq!(code(a.requested_size(p)), "ERR_ARENA_UNKNOWN_POINTER", "{}", s.name);
+        assert_eq!(
+            code(a.requested_size(p)),
+            "ERR_ARENA_UNKNOWN_POINTER",
+            "{}",
+            s.name
+        );
     }
 }
 
@@ -81,7 +99,12 @@ fn freeing_everything_brings_in_use_back_to_zero() {
             a.free(p).expect(s.name);
         }
         let st = a.stats();
-        assert_eq!((st.in_use, st.requested_in_use, st.reserved_bytes), (0, 0, 0), "{}", s.name);
+        assert_eq!(
+            (st.in_use, st.requested_in_use, st.reserved_bytes),
+            (0, 0, 0),
+            "{}",
+            s.name
+        );
     }
 }
 
@@ -91,7 +114,12 @@ fn free_of_unknown_interior_or_freed_addresses_is_unknown_pointer() {
         let a = &*s.allocator;
         let p = alloc(a, 512);
         for bad in [p + 1, p + 256, 0x1234_5600] {
-            assert_eq!(code(a.free(bad)), "ERR_ARENA_UNKNOWN_POINTER", "{} {bad:#x}", s.name);
+            assert_eq!(
+                code(a.free(bad)),
+                "ERR_ARENA_UNKNOWN_POINTER",
+                "{} {bad:#x}",
+                s.name
+            );
         }
         a.free(p).expect(s.name);
         assert_eq!(code(a.free(p)), "ERR_ARENA_UNKNOWN_POINTER", "{}", s.name);
@@ -127,13 +155,43 @@ fn ranges_outside_one_live_allocation_cannot_be_touched() {
         let q = alloc(a, 1000);
         let mut buf = [0u8; 8];
         // Past the requested size, even though the chunk is 1024 bytes.
-        assert_eq!(code(a.write(p + 996, &buf)), "ERR_ARENA_UNKNOWN_POINTER", "{}", s.name);
-        assert_eq!(code(a.read(p + 1000, &mut buf[..1])), "ERR_ARENA_UNKNOWN_POINTER", "{}", s.name);
-        assert_eq!(code(a.fill(p, 0, 1001)), "ERR_ARENA_UNKNOWN_POINTER", "{}", s.name);
-        assert_eq!(code(a.fill(p, 0, u64::MAX)), "ERR_ARENA_UNKNOWN_POINTER", "{}", s.name);
-        assert_eq!(code(a.write(0x10, &buf)), "ERR_ARENA_UNKNOWN_POINTER", "{}", s.name);
+        assert_eq!(
+            code(a.write(p + 996, &buf)),
+            "ERR_ARENA_UNKNOWN_POINTER",
+            "{}",
+            s.name
+        );
+        assert_eq!(
+            code(a.read(p + 1000, &mut buf[..1])),
+            "ERR_ARENA_UNKNOWN_POINTER",
+            "{}",
+            s.name
+        );
+        assert_eq!(
+            code(a.fill(p, 0, 1001)),
+            "ERR_ARENA_UNKNOWN_POINTER",
+            "{}",
+            s.name
+        );
+        assert_eq!(
+            code(a.fill(p, 0, u64::MAX)),
+            "ERR_ARENA_UNKNOWN_POINTER",
+            "{}",
+            s.name
+        );
+        assert_eq!(
+            code(a.write(0x10, &buf)),
+            "ERR_ARENA_UNKNOWN_POINTER",
+            "{}",
+            s.name
+        );
         a.free(p).expect(s.name);
-        assert_eq!(code(a.read(p, &mut buf)), "ERR_ARENA_UNKNOWN_POINTER", "freed: {}", s.name);
+        assert_eq!(
+            code(a.read(p, &mut buf)),
+            "ERR_ARENA_UNKNOWN_POINTER",
+            "freed: {}",
+            s.name
+        );
         a.write(q + 992, &buf).expect("the last 8 bytes are inside");
         a.free(q).expect(s.name);
     }
@@ -144,9 +202,24 @@ fn virtual_memory_cannot_be_read_or_written() {
     for s in subjects().into_iter().filter(|s| !s.has_memory) {
         let a = &*s.allocator;
         let p = alloc(a, 64);
-        assert_eq!(code(a.write(p, &[1])), "ERR_ARENA_INVALID_ARGUMENT", "{}", s.name);
-        assert_eq!(code(a.read(p, &mut [0])), "ERR_ARENA_INVALID_ARGUMENT", "{}", s.name);
-        assert_eq!(code(a.fill(p, 1, 1)), "ERR_ARENA_INVALID_ARGUMENT", "{}", s.name);
+        assert_eq!(
+            code(a.write(p, &[1])),
+            "ERR_ARENA_INVALID_ARGUMENT",
+            "{}",
+            s.name
+        );
+        assert_eq!(
+            code(a.read(p, &mut [0])),
+            "ERR_ARENA_INVALID_ARGUMENT",
+            "{}",
+            s.name
+        );
+        assert_eq!(
+            code(a.fill(p, 1, 1)),
+            "ERR_ARENA_INVALID_ARGUMENT",
+            "{}",
+            s.name
+        );
         a.free(p).expect(s.name);
     }
 }
@@ -167,8 +240,18 @@ fn a_refused_allocation_changes_nothing() {
         let a = &*s.allocator;
         let p = alloc(a, 4096);
         let before = a.memory_log();
-        assert_eq!(code(a.alloc(u64::MAX - 10)), "ERR_ARENA_OUT_OF_MEMORY", "{}", s.name);
-        assert_eq!(code(a.reserve(u64::MAX - 10)), "ERR_ARENA_OUT_OF_MEMORY", "{}", s.name);
+        assert_eq!(
+            code(a.alloc(u64::MAX - 10)),
+            "ERR_ARENA_OUT_OF_MEMORY",
+            "{}",
+            s.name
+        );
+        assert_eq!(
+            code(a.reserve(u64::MAX - 10)),
+            "ERR_ARENA_OUT_OF_MEMORY",
+            "{}",
+            s.name
+        );
         assert_eq!(a.memory_log(), before, "{}", s.name);
         a.free(p).expect(s.name);
     }

@@ -2,7 +2,9 @@
 //! on the `virtual` backend, checked after every op against a shadow model of what must
 //! hold. The case count defaults to 10,000; `MODEL_CASES` overrides it.
 
-use arena_core::{Allocator, Arena, ArenaConfig, DeviceLimits, MemoryLog, RawAllocator, Stream, VirtualAllocator};
+use arena_core::{
+    Allocator, Arena, ArenaConfig, DeviceLimits, MemoryLog, RawAllocator, Stream, VirtualAllocator,
+};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,14 +36,23 @@ fn count(c: &AtomicU64) {
 
 #[derive(Debug, Clone)]
 enum Op {
-    Alloc { size: u64, stream: Option<usize> },
+    Alloc {
+        size: u64,
+        stream: Option<usize>,
+    },
     Reserve(u64),
     Free(usize),
     /// A free the allocator must refuse: 0 interior, 1 double, 2 foreign, 3 inside a reserve.
-    FreeBogus { pick: usize, kind: u8 },
+    FreeBogus {
+        pick: usize,
+        kind: u8,
+    },
     Shrink,
     /// `to` waits on an event recorded on `from`.
-    Sync { from: usize, to: usize },
+    Sync {
+        from: usize,
+        to: usize,
+    },
     Reset(usize),
 }
 
@@ -76,25 +87,48 @@ fn op() -> impl Strategy<Value = Op> {
 
 fn setup() -> impl Strategy<Value = Setup> {
     (
-        (0u8..2, 1u64..=(16 << 20), 1u64..=(256 << 20), 1u64..=(16 << 20), 1u64..=(4u64 << 30)),
+        (
+            0u8..2,
+            1u64..=(16 << 20),
+            1u64..=(256 << 20),
+            1u64..=(16 << 20),
+            1u64..=(4u64 << 30),
+        ),
         proptest::option::of(1u64..=(8u64 << 30)),
         (1u64 << 20)..=(16u64 << 30),
         proptest::option::of(4096u64..=(4u64 << 30)),
     )
-        .prop_map(|((strategy, initial, dead, growth, p2), max_mem, total, max_alloc)| {
-            let mut pairs = vec![
-                ("arena.extend_strategy".to_string(), strategy.to_string()),
-                ("arena.initial_chunk_size_bytes".to_string(), initial.min(i32::MAX as u64).to_string()),
-                ("arena.max_dead_bytes_per_chunk".to_string(), dead.min(i32::MAX as u64).to_string()),
-                ("arena.initial_growth_chunk_size_bytes".to_string(), growth.min(i32::MAX as u64).to_string()),
-                ("arena.max_power_of_two_extend_bytes".to_string(), p2.to_string()),
-            ];
-            if let Some(m) = max_mem {
-                pairs.push(("arena.max_mem".to_string(), m.to_string()));
-            }
-            let limits = DeviceLimits { total_memory: total, max_allocation: max_alloc.unwrap_or(u64::MAX) };
-            Setup { pairs, limits }
-        })
+        .prop_map(
+            |((strategy, initial, dead, growth, p2), max_mem, total, max_alloc)| {
+                let mut pairs = vec![
+                    ("arena.extend_strategy".to_string(), strategy.to_string()),
+                    (
+                        "arena.initial_chunk_size_bytes".to_string(),
+                        initial.min(i32::MAX as u64).to_string(),
+                    ),
+                    (
+                        "arena.max_dead_bytes_per_chunk".to_string(),
+                        dead.min(i32::MAX as u64).to_string(),
+                    ),
+                    (
+                        "arena.initial_growth_chunk_size_bytes".to_string(),
+                        growth.min(i32::MAX as u64).to_string(),
+                    ),
+                    (
+                        "arena.max_power_of_two_extend_bytes".to_string(),
+                        p2.to_string(),
+                    ),
+                ];
+                if let Some(m) = max_mem {
+                    pairs.push(("arena.max_mem".to_string(), m.to_string()));
+                }
+                let limits = DeviceLimits {
+                    total_memory: total,
+                    max_allocation: max_alloc.unwrap_or(u64::MAX),
+                };
+                Setup { pairs, limits }
+            },
+        )
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -136,12 +170,18 @@ impl Model {
     fn may_reuse(&self, consumer: usize, f: &Freed) -> bool {
         f.stream == consumer
             || f.stream == 0
-            || (consumer != 0 && f.sync_id < self.streams[consumer - 1].last_wait_sync_id(self.streams[f.stream - 1].id()))
+            || (consumer != 0
+                && f.sync_id
+                    < self.streams[consumer - 1].last_wait_sync_id(self.streams[f.stream - 1].id()))
     }
 
     /// Forgets freed records inside regions that went back to the raw allocator.
     fn drop_released(&mut self, released: &[(u64, u64, u64)]) {
-        self.freed.retain(|f| !released.iter().any(|&(_, base, size)| f.start >= base && f.end <= base + size));
+        self.freed.retain(|f| {
+            !released
+                .iter()
+                .any(|&(_, base, size)| f.start >= base && f.end <= base + size)
+        });
     }
 
     fn claim(&mut self, addr: u64, len: u64, consumer: usize) -> Result<(), String> {
@@ -153,7 +193,9 @@ impl Model {
                 continue;
             }
             if !self.may_reuse(consumer, &f) {
-                return Err(format!("stream {consumer} got [{addr:#x}, {end:#x}) overlapping {f:?} without a wait"));
+                return Err(format!(
+                    "stream {consumer} got [{addr:#x}, {end:#x}) overlapping {f:?} without a wait"
+                ));
             }
             if f.stream != consumer && f.stream != 0 {
                 count(&TALLY.cross_stream_reuse);
@@ -174,15 +216,29 @@ impl Model {
     fn check_unchanged(&self, before: &MemoryLog, after: &MemoryLog) -> Result<(), String> {
         let removed = regions_removed(before, after);
         if removed.is_empty() {
-            return if before == after { Ok(()) } else { Err("a failed call changed the arena".into()) };
+            return if before == after {
+                Ok(())
+            } else {
+                Err("a failed call changed the arena".into())
+            };
         }
         for &(id, _, _) in &removed {
-            let r = before.regions.iter().find(|r| r.id == id).expect("from before");
+            let r = before
+                .regions
+                .iter()
+                .find(|r| r.id == id)
+                .expect("from before");
             if r.chunks.iter().any(|c| c.in_use) {
-                return Err(format!("a failed call released region {id} with live chunks"));
+                return Err(format!(
+                    "a failed call released region {id} with live chunks"
+                ));
             }
         }
-        if after.regions.iter().any(|a| !before.regions.iter().any(|b| b == a)) {
+        if after
+            .regions
+            .iter()
+            .any(|a| !before.regions.iter().any(|b| b == a))
+        {
             return Err("a failed call left a new or changed region".into());
         }
         let k = removed.len() as u64;
@@ -193,7 +249,10 @@ impl Model {
         expect.num_arena_shrinkages += k;
         expect.total_allocated -= bytes;
         if after.stats != expect || after.reserves != before.reserves {
-            return Err(format!("a failed call changed stats beyond releasing regions: {:?} vs {expect:?}", after.stats));
+            return Err(format!(
+                "a failed call changed stats beyond releasing regions: {:?} vs {expect:?}",
+                after.stats
+            ));
         }
         Ok(())
     }
@@ -203,15 +262,26 @@ impl Model {
         let mut spans = Vec::new();
         let (mut in_use, mut requested) = (0, 0);
         for l in &self.live {
-            let allocated = self.arena.allocated_size(l.addr).map_err(|e| format!("live {l:?}: {e}"))?;
-            if self.arena.requested_size(l.addr).map_err(|e| e.to_string())? != l.requested {
+            let allocated = self
+                .arena
+                .allocated_size(l.addr)
+                .map_err(|e| format!("live {l:?}: {e}"))?;
+            if self
+                .arena
+                .requested_size(l.addr)
+                .map_err(|e| e.to_string())?
+                != l.requested
+            {
                 return Err(format!("requested size of {l:?} differs"));
             }
             if l.addr % 256 != 0 {
                 return Err(format!("{l:?} is not 256-aligned"));
             }
             if !l.reserve
-                && !log.regions.iter().any(|r| l.addr >= r.base && l.addr + allocated <= r.base + r.size)
+                && !log
+                    .regions
+                    .iter()
+                    .any(|r| l.addr >= r.base && l.addr + allocated <= r.base + r.size)
             {
                 return Err(format!("{l:?} lies outside every region"));
             }
@@ -222,18 +292,32 @@ impl Model {
         spans.sort_unstable();
         for w in spans.windows(2) {
             if w[0].0 + w[0].1 > w[1].0 {
-                return Err(format!("allocations {:#x}+{} and {:#x} overlap", w[0].0, w[0].1, w[1].0));
+                return Err(format!(
+                    "allocations {:#x}+{} and {:#x} overlap",
+                    w[0].0, w[0].1, w[1].0
+                ));
             }
         }
         let s = self.arena.stats();
         let raw = self.arena.raw().raw_stats();
         if s.in_use != in_use || s.requested_in_use != requested {
-            return Err(format!("InUse {} / RequestedInUse {} but live adds up to {in_use} / {requested}", s.in_use, s.requested_in_use));
+            return Err(format!(
+                "InUse {} / RequestedInUse {} but live adds up to {in_use} / {requested}",
+                s.in_use, s.requested_in_use
+            ));
         }
         if s.total_allocated != raw.raw_bytes_outstanding {
-            return Err(format!("TotalAllocated {} but the raw allocator has {} outstanding", s.total_allocated, raw.raw_bytes_outstanding));
+            return Err(format!(
+                "TotalAllocated {} but the raw allocator has {} outstanding",
+                s.total_allocated, raw.raw_bytes_outstanding
+            ));
         }
-        let mut chunk_allocs: Vec<(u64, u64)> = self.live.iter().filter(|l| !l.reserve).map(|l| (l.addr, l.requested)).collect();
+        let mut chunk_allocs: Vec<(u64, u64)> = self
+            .live
+            .iter()
+            .filter(|l| !l.reserve)
+            .map(|l| (l.addr, l.requested))
+            .collect();
         chunk_allocs.sort_unstable();
         let logged: Vec<(u64, u64)> = log.live_chunks().iter().map(|&(a, _, r)| (a, r)).collect();
         if chunk_allocs != logged {
@@ -258,10 +342,17 @@ impl Model {
                     Ok(Some(addr)) if size > 0 => {
                         count(&TALLY.allocs);
                         self.drop_released(&regions_removed(&before, &after));
-                        let allocated = self.arena.allocated_size(addr).map_err(|e| e.to_string())?;
+                        let allocated =
+                            self.arena.allocated_size(addr).map_err(|e| e.to_string())?;
                         self.claim(addr, allocated, consumer)?;
                         let sync_id = stream.map_or(0, |s| self.streams[s].sync_id());
-                        self.live.push(Live { addr, requested: size, reserve: false, stream: consumer, sync_id });
+                        self.live.push(Live {
+                            addr,
+                            requested: size,
+                            reserve: false,
+                            stream: consumer,
+                            sync_id,
+                        });
                     }
                     Err(e) if e.code() == "ERR_ARENA_OUT_OF_MEMORY" => {
                         count(&TALLY.out_of_memory);
@@ -278,7 +369,13 @@ impl Model {
                     Ok(None) if size == 0 => self.check_unchanged(&before, &after)?,
                     Ok(Some(addr)) if size > 0 => {
                         self.drop_released(&regions_removed(&before, &after));
-                        self.live.push(Live { addr, requested: size, reserve: true, stream: 0, sync_id: 0 });
+                        self.live.push(Live {
+                            addr,
+                            requested: size,
+                            reserve: true,
+                            stream: 0,
+                            sync_id: 0,
+                        });
                     }
                     Err(e) if e.code() == "ERR_ARENA_OUT_OF_MEMORY" => {
                         count(&TALLY.out_of_memory);
@@ -293,10 +390,20 @@ impl Model {
                     return Ok(());
                 }
                 let l = self.live.swap_remove(pick % self.live.len());
-                let allocated = self.arena.allocated_size(l.addr).map_err(|e| e.to_string())?;
-                self.arena.free(l.addr).map_err(|e| format!("free of live {l:?}: {e}"))?;
+                let allocated = self
+                    .arena
+                    .allocated_size(l.addr)
+                    .map_err(|e| e.to_string())?;
+                self.arena
+                    .free(l.addr)
+                    .map_err(|e| format!("free of live {l:?}: {e}"))?;
                 if !l.reserve {
-                    self.freed.push(Freed { start: l.addr, end: l.addr + allocated, stream: l.stream, sync_id: l.sync_id });
+                    self.freed.push(Freed {
+                        start: l.addr,
+                        end: l.addr + allocated,
+                        stream: l.stream,
+                        sync_id: l.sync_id,
+                    });
                 }
             }
             Op::FreeBogus { pick, kind } => {
@@ -314,14 +421,20 @@ impl Model {
                 let result = self.arena.free(addr);
                 count(&TALLY.bogus_frees);
                 if result.as_ref().map_err(|e| e.code()) != Err("ERR_ARENA_UNKNOWN_POINTER") {
-                    return Err(format!("free({addr:#x}) of a bogus address gave {result:?}"));
+                    return Err(format!(
+                        "free({addr:#x}) of a bogus address gave {result:?}"
+                    ));
                 }
                 self.check_unchanged(&before, &self.arena.memory_log())?;
             }
             Op::Shrink => {
                 self.arena.shrink().map_err(|e| e.to_string())?;
                 let after = self.arena.memory_log();
-                if after.regions.iter().any(|r| r.chunks.iter().all(|c| !c.in_use)) {
+                if after
+                    .regions
+                    .iter()
+                    .any(|r| r.chunks.iter().all(|c| !c.in_use))
+                {
                     return Err("shrink left a wholly free region".into());
                 }
                 if after.live_chunks() != before.live_chunks() {
@@ -334,7 +447,9 @@ impl Model {
                 self.streams[to].wait(&ev);
             }
             Op::Reset(s) => {
-                self.arena.reset_chunks_using_stream(&self.streams[s]).map_err(|e| e.to_string())?;
+                self.arena
+                    .reset_chunks_using_stream(&self.streams[s])
+                    .map_err(|e| e.to_string())?;
                 let after = self.arena.memory_log();
                 if after.live_chunks() != before.live_chunks() || after.stats != before.stats {
                     return Err("reset changed live chunks or stats".into());
@@ -375,8 +490,14 @@ impl Model {
 fn run_case(setup: &Setup, ops: &[Op]) -> Result<(), String> {
     let config = ArenaConfig::from_pairs(setup.pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .map_err(|e| format!("generated config rejected: {e}"))?;
-    let arena = Arena::new(VirtualAllocator::new(setup.limits), config).map_err(|e| e.to_string())?;
-    let mut model = Model { arena, streams: (0..STREAMS).map(|_| Stream::new()).collect(), live: Vec::new(), freed: Vec::new() };
+    let arena =
+        Arena::new(VirtualAllocator::new(setup.limits), config).map_err(|e| e.to_string())?;
+    let mut model = Model {
+        arena,
+        streams: (0..STREAMS).map(|_| Stream::new()).collect(),
+        live: Vec::new(),
+        freed: Vec::new(),
+    };
     for (i, op) in ops.iter().enumerate() {
         model.apply(op).map_err(|e| format!("op {i} {op:?}: {e}"))?;
     }
@@ -385,8 +506,15 @@ fn run_case(setup: &Setup, ops: &[Op]) -> Result<(), String> {
 
 #[test]
 fn random_op_sequences_keep_every_invariant() {
-    let cases = std::env::var("MODEL_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
-    let mut runner = TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() });
+    let cases = std::env::var("MODEL_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000);
+    let mut runner = TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    });
     let strategy = (setup(), proptest::collection::vec(op(), 1..120));
     let result = runner.run(&strategy, |(setup, ops)| {
         run_case(&setup, &ops).map_err(TestCaseError::fail)
@@ -394,5 +522,7 @@ fn random_op_sequences_keep_every_invariant() {
     if let Err(e) = result {
         panic!("{e}");
     }
-    println!("{cases} random sequences passed; what they exercised (shrinking included): {TALLY:?}");
+    println!(
+        "{cases} random sequences passed; what they exercised (shrinking included): {TALLY:?}"
+    );
 }

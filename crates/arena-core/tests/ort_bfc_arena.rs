@@ -26,7 +26,12 @@ fn no_dups_allocating_every_size_below_1024_gives_distinct_non_overlapping_chunk
     for w in ptrs.windows(2) {
         let req = a.requested_size(w[0]).expect("live");
         assert!(req > 0);
-        assert!(w[1] - w[0] >= req, "chunks at {:#x} and {:#x} overlap", w[0], w[1]);
+        assert!(
+            w[1] - w[0] >= req,
+            "chunks at {:#x} and {:#x} overlap",
+            w[0],
+            w[1]
+        );
     }
     for p in ptrs {
         a.free(p).expect("live");
@@ -52,7 +57,11 @@ fn exercise_coalescing_repeated_mixed_rounds_do_not_fragment_or_grow() {
     check_stats(&a, 4097, 0, 41_963_520, 33_554_432);
     let s = a.stats();
     assert_eq!((s.num_arena_extensions, s.total_allocated), (3, 42_991_616));
-    assert_eq!(alloc(&a, 4096), first, "everything coalesced back: the first address comes back");
+    assert_eq!(
+        alloc(&a, 4096),
+        first,
+        "everything coalesced back: the first address comes back"
+    );
 }
 
 #[test]
@@ -93,7 +102,10 @@ fn extend_strategy_default_doubles_regions_from_1_mib() {
     let sizes: Vec<u64> = a.memory_log().regions.iter().map(|r| r.size).collect();
     assert_eq!(sizes, (0..9).map(|i| MIB << i).collect::<Vec<_>>());
     let s = a.stats();
-    assert_eq!((s.num_arena_extensions, s.total_allocated), (9, 535_822_336));
+    assert_eq!(
+        (s.num_arena_extensions, s.total_allocated),
+        (9, 535_822_336)
+    );
 }
 
 #[test]
@@ -107,33 +119,57 @@ fn extend_strategy_power_of_two_growth_stops_at_the_cap_but_larger_requests_stil
     want.extend([32 * MIB; 8]);
     assert_eq!(sizes, want);
     let s = a.stats();
-    assert_eq!((s.num_arena_extensions, s.total_allocated), (13, 300_941_312));
+    assert_eq!(
+        (s.num_arena_extensions, s.total_allocated),
+        (13, 300_941_312)
+    );
     let big = alloc(&a, 64 * MIB);
     assert_eq!(a.allocated_size(big).expect("live"), 64 * MIB);
-    assert_eq!(a.memory_log().regions.iter().filter(|r| r.size == 64 * MIB).count(), 1);
+    assert_eq!(
+        a.memory_log()
+            .regions
+            .iter()
+            .filter(|r| r.size == 64 * MIB)
+            .count(),
+        1
+    );
 }
 
 #[test]
 fn custom_memory_limit_a_request_past_the_remaining_budget_fails() {
     let a = virtual_arena(&[("arena.max_mem", "1048576")]);
     let first = alloc(&a, 256);
-    assert_eq!(a.stats().total_allocated, MIB, "the first region takes the whole budget");
+    assert_eq!(
+        a.stats().total_allocated,
+        MIB,
+        "the first region takes the whole budget"
+    );
     let before = snapshot(&a);
     let raw_before = a.raw().raw_stats();
     assert_eq!(code(a.alloc(MIB)), "ERR_ARENA_OUT_OF_MEMORY");
     assert_eq!(code(a.alloc(4 * MIB)), "ERR_ARENA_OUT_OF_MEMORY");
     assert_eq!(snapshot(&a), before);
-    assert_eq!(a.raw().raw_stats(), raw_before, "the budget check needs no raw call");
+    assert_eq!(
+        a.raw().raw_stats(),
+        raw_before,
+        "the budget check needs no raw call"
+    );
     a.free(first).expect("live");
 }
 
 #[test]
 fn custom_memory_limit_near_u64_max_fails_in_the_raw_allocator_without_backing_off() {
     let available = u64::MAX - 5 * MIB;
-    let a = virtual_arena(&[("arena.max_mem", &available.to_string()), ("arena.extend_strategy", "1")]);
+    let a = virtual_arena(&[
+        ("arena.max_mem", &available.to_string()),
+        ("arena.extend_strategy", "1"),
+    ]);
     let first = alloc(&a, 256);
     let failures = a.raw().raw_stats().raw_failures;
-    assert_eq!(code(a.alloc(available - 3 * MIB)), "ERR_ARENA_OUT_OF_MEMORY");
+    assert_eq!(
+        code(a.alloc(available - 3 * MIB)),
+        "ERR_ARENA_OUT_OF_MEMORY"
+    );
     assert_eq!(
         a.raw().raw_stats().raw_failures,
         failures + 1,
@@ -170,7 +206,10 @@ fn bytes_requested_in_use_with_reserve_counts_reserves_in_full() {
     let a = virtual_arena(&[("arena.extend_strategy", "1")]);
     let r = a.reserve(4096).expect("fits").expect("non-zero");
     let s = a.stats();
-    assert_eq!((s.requested_in_use, s.in_use, s.reserved_bytes), (4096, 4096, 4096));
+    assert_eq!(
+        (s.requested_in_use, s.in_use, s.reserved_bytes),
+        (4096, 4096, 4096)
+    );
     a.free(r).expect("live");
     let s = a.stats();
     assert_eq!((s.requested_in_use, s.in_use, s.reserved_bytes), (0, 0, 0));
@@ -178,7 +217,13 @@ fn bytes_requested_in_use_with_reserve_counts_reserves_in_full() {
 
 #[test]
 fn backoff_against_a_raw_allocator_that_always_fails_ends_after_48_attempts() {
-    let a = limited_arena(DeviceLimits { total_memory: 80 * GIB, max_allocation: 0 }, &[("arena.max_mem", "10485760")]);
+    let a = limited_arena(
+        DeviceLimits {
+            total_memory: 80 * GIB,
+            max_allocation: 0,
+        },
+        &[("arena.max_mem", "10485760")],
+    );
     assert_eq!(code(a.alloc(1024)), "ERR_ARENA_OUT_OF_MEMORY");
     let raw = a.raw().raw_stats();
     assert_eq!((raw.raw_failures, raw.raw_allocs), (48, 0));
@@ -186,7 +231,13 @@ fn backoff_against_a_raw_allocator_that_always_fails_ends_after_48_attempts() {
 
 #[test]
 fn backoff_settles_on_the_first_size_the_raw_allocator_accepts() {
-    let a = limited_arena(DeviceLimits { total_memory: 80 * GIB, max_allocation: 600_000 }, &[]);
+    let a = limited_arena(
+        DeviceLimits {
+            total_memory: 80 * GIB,
+            max_allocation: 600_000,
+        },
+        &[],
+    );
     alloc(&a, 1024);
     let raw = a.raw().raw_stats();
     assert_eq!((raw.raw_failures, raw.raw_allocs), (6, 1));
@@ -202,7 +253,14 @@ fn shrink_releases_wholly_free_regions_and_counts_them() {
     a.free(small).expect("live");
     a.shrink().expect("shrink");
     let s = a.stats();
-    assert_eq!((s.num_arena_extensions, s.num_arena_shrinkages, s.total_allocated), (1, 1, 10_485_760));
+    assert_eq!(
+        (
+            s.num_arena_extensions,
+            s.num_arena_shrinkages,
+            s.total_allocated
+        ),
+        (1, 1, 10_485_760)
+    );
 }
 
 #[test]
@@ -225,19 +283,28 @@ fn two_stream_allocation_reuses_chunks_across_streams_only_after_a_wait_or_reset
 
     a.reset_chunks_using_stream(&s2).expect("reset");
     let s1_e = on(&s1, 8192);
-    assert_eq!(s1_e, s2_a, "after the reset stream 2's chunks are free for anyone");
+    assert_eq!(
+        s1_e, s2_a,
+        "after the reset stream 2's chunks are free for anyone"
+    );
     a.free(s1_c).expect("live");
     a.free(s1_d).expect("live");
 
     s2.wait(&s1.record());
     let s2_c = on(&s2, 4096);
-    assert_eq!(s2_c, s1_c, "after waiting on stream 1, stream 2 may take its older chunks");
+    assert_eq!(
+        s2_c, s1_c,
+        "after waiting on stream 1, stream 2 may take its older chunks"
+    );
     let s2_d = on(&s2, 4096);
     assert_eq!(s2_d, s1_d);
     let s1_f = on(&s1, 4096);
     a.free(s1_f).expect("live");
     let s2_e = on(&s2, 4096);
-    assert_ne!(s2_e, s1_f, "a chunk stream 1 used after the event is not safe for stream 2");
+    assert_ne!(
+        s2_e, s1_f,
+        "a chunk stream 1 used after the event is not safe for stream 2"
+    );
     a.free(s1_e).expect("live");
 
     a.reset_chunks_using_stream(&s1).expect("reset");

@@ -1,7 +1,10 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
-use arena_core::{Allocator, Arena, ArenaConfig, ArenaError, DeviceLimits, HostAllocator, MemoryLog, VirtualAllocator};
+use arena_core::{
+    Allocator, Arena, ArenaConfig, ArenaError, DeviceLimits, HostAllocator, MemoryLog,
+    VirtualAllocator,
+};
 
 pub const KIB: u64 = 1 << 10;
 pub const MIB: u64 = 1 << 20;
@@ -27,7 +30,9 @@ pub fn host_arena(pairs: &[(&str, &str)]) -> Arena<HostAllocator> {
 }
 
 pub fn alloc(a: &(impl Allocator + ?Sized), size: u64) -> u64 {
-    a.alloc(size).expect("alloc succeeds").expect("non-zero size gives an address")
+    a.alloc(size)
+        .expect("alloc succeeds")
+        .expect("non-zero size gives an address")
 }
 
 pub fn code<T: std::fmt::Debug>(r: Result<T, ArenaError>) -> &'static str {
