@@ -196,13 +196,12 @@ impl State {
         sync_id: u64,
         max_dead: u64,
     ) -> u64 {
-        let c = *self.chunks.get(id);
-        let id = if c.size / 2 >= rounded || c.size - rounded >= max_dead {
-            self.split_front(id, rounded)
+        let chunk_size = self.chunks.get(id).size;
+        if chunk_size / 2 >= rounded || chunk_size - rounded >= max_dead {
+            self.split(id, rounded);
         } else {
             self.bins.remove(id);
-            id
-        };
+        }
         let alloc_id = self.next_alloc_id;
         self.next_alloc_id += 1;
         let c = self.chunks.get_mut(id);
@@ -213,40 +212,38 @@ impl State {
             c.stream = consumer;
             c.sync_id = sync_id;
         }
-        let (addr, chunk_size, region) = (c.addr, c.size, c.region);
-        self.regions.get_mut(region).in_use_chunks += 1;
+        let (addr, chunk_size) = (c.addr, c.size);
         self.live.insert(addr, id);
         self.stats.add_in_use(chunk_size, size);
         addr
     }
 
-    /// Cuts the first `rounded` bytes off free chunk `id` into a new chunk (same stream and
-    /// sync id, out of the bins) and returns it; `id` keeps the rest and stays in the bins,
-    /// re-keyed in place where its bin allows.
+    /// Cuts free chunk `id` at `rounded`: `id` keeps the low end and leaves the bins; the
+    /// rest becomes a new free chunk with the same stream and sync id, which takes over
+    /// `id`'s bin entry.
     #[inline]
-    fn split_front(&mut self, id: u32, rounded: u64) -> u32 {
-        let c = *self.chunks.get(id);
-        let front = Chunk {
-            size: rounded,
+    fn split(&mut self, id: u32, rounded: u64) {
+        let c = self.chunks.get(id);
+        let rest = Chunk {
+            addr: c.addr + rounded,
+            size: c.size - rounded,
             requested_size: 0,
-            next: id,
+            prev: id,
+            next: c.next,
+            region: c.region,
             in_use: false,
+            stream: c.stream,
+            sync_id: c.sync_id,
             alloc_id: 0,
-            ..c
         };
-        let front_id = self.chunks.insert(front);
-        if c.prev != NIL {
-            self.chunks.get_mut(c.prev).next = front_id;
-        } else {
-            self.regions.get_mut(c.region).first_chunk = front_id;
+        let rest_id = self.chunks.insert(rest);
+        if rest.next != NIL {
+            self.chunks.get_mut(rest.next).prev = rest_id;
         }
-        let rest = self.chunks.get_mut(id);
-        rest.addr += rounded;
-        rest.size -= rounded;
-        rest.prev = front_id;
-        let (size, addr) = (rest.size, rest.addr);
-        self.bins.rekey(id, size, addr);
-        front_id
+        let c = self.chunks.get_mut(id);
+        c.next = rest_id;
+        c.size = rounded;
+        self.bins.replace(id, rest_id, rest.size, rest.addr);
     }
 
     /// Marks in-use chunk `id` free, merges it with free neighbours of the same stream and
@@ -255,45 +252,27 @@ impl State {
     fn release_chunk(&mut self, id: u32) {
         let c = self.chunks.get_mut(id);
         c.in_use = false;
-        let (addr, size, requested, region) = (c.addr, c.size, c.requested_size, c.region);
+        let (addr, size, requested, prev, next) = (c.addr, c.size, c.requested_size, c.prev, c.next);
         c.requested_size = 0;
         self.stats.remove_in_use(size, requested);
-        self.regions.get_mut(region).in_use_chunks -= 1;
         self.live.remove(addr);
-        let c = *self.chunks.get(id);
-        // The free chunk above absorbs this one (it keeps its bin entry, re-keyed below).
-        let (cur, binned) = if c.next != NIL && self.mergeable(id, c.next) {
-            let above = c.next;
-            let a = self.chunks.get_mut(above);
-            a.addr = c.addr;
-            a.size += c.size;
-            a.prev = c.prev;
-            a.sync_id = a.sync_id.max(c.sync_id);
-            if c.prev != NIL {
-                self.chunks.get_mut(c.prev).next = above;
-            } else {
-                self.regions.get_mut(c.region).first_chunk = above;
-            }
-            self.chunks.remove(id);
-            (above, true)
-        } else {
-            (id, false)
-        };
-        let prev = self.chunks.get(cur).prev;
-        if prev != NIL && self.mergeable(prev, cur) {
+        // Absorb the free chunk above, taking over its bin entry.
+        let binned = next != NIL && self.mergeable(id, next);
+        if binned {
+            let merged = size + self.chunks.get(next).size;
+            self.bins.replace(next, id, merged, addr);
+            self.merge(id, next);
+        }
+        if prev != NIL && self.mergeable(prev, id) {
             if binned {
-                self.bins.remove(cur);
+                self.bins.remove(id);
             }
-            self.merge(prev, cur);
+            self.merge(prev, id);
             let p = self.chunks.get(prev);
             self.bins.rekey(prev, p.size, p.addr);
-        } else {
-            let c = self.chunks.get(cur);
-            if binned {
-                self.bins.rekey(cur, c.size, c.addr);
-            } else {
-                self.bins.insert(cur, c.size, c.addr);
-            }
+        } else if !binned {
+            let c = self.chunks.get(id);
+            self.bins.insert(id, c.size, c.addr);
         }
     }
 
@@ -407,7 +386,6 @@ impl State {
             base,
             size,
             first_chunk: NIL,
-            in_use_chunks: 0,
         };
         let slot = self.regions.insert(region);
         self.next_region_id += 1;
@@ -435,7 +413,7 @@ impl State {
     fn release_idle_regions<R: RawAllocator>(&mut self, raw: &R) -> (usize, Option<ArenaError>) {
         let mut released = 0;
         let mut first_err = None;
-        for slot in self.regions.idle_slots() {
+        for slot in self.idle_regions() {
             let r = self.regions.get(slot);
             let (base, size, first) = (r.base, r.size, r.first_chunk);
             if let Err(e) = raw.free(base, size) {
@@ -456,6 +434,25 @@ impl State {
             released += 1;
         }
         (released, first_err)
+    }
+
+    /// Slots of regions with no chunk in use. Walks every chunk: only shrinking needs it.
+    fn idle_regions(&self) -> Vec<u32> {
+        self.regions
+            .iter()
+            .filter(|(_, r)| {
+                let mut id = r.first_chunk;
+                while id != NIL {
+                    let c = self.chunks.get(id);
+                    if c.in_use {
+                        return false;
+                    }
+                    id = c.next;
+                }
+                true
+            })
+            .map(|(slot, _)| slot)
+            .collect()
     }
 
     /// After a shrink the next region is `initial_growth_chunk_size_bytes` again (ORT C).
@@ -639,7 +636,6 @@ impl State {
             let mut expect_addr = r.base;
             let mut prev = NIL;
             let mut id = r.first_chunk;
-            let mut busy = 0;
             while id != NIL {
                 let c = self.chunks.get(id);
                 if c.addr != expect_addr
@@ -665,7 +661,6 @@ impl State {
                             c.requested_size
                         ));
                     }
-                    busy += 1;
                     live_chunks += 1;
                     in_use += c.size;
                     requested += c.requested_size;
@@ -689,12 +684,6 @@ impl State {
             }
             if expect_addr != r.base + r.size {
                 return Err(format!("region {} chunks end at {expect_addr:#x}", r.id));
-            }
-            if busy != r.in_use_chunks {
-                return Err(format!(
-                    "region {} counts {} chunks in use, has {busy}",
-                    r.id, r.in_use_chunks
-                ));
             }
             held += r.size;
         }

@@ -169,6 +169,40 @@ impl FreeBins {
         }
     }
 
+    /// Puts chunk `new` (not in a bin) in place of chunk `old` (in a bin), with a new key:
+    /// what a split or merge does when one chunk takes over another's free space. Done in
+    /// place under the same conditions as [`FreeBins::rekey`].
+    #[inline(always)]
+    pub fn replace(&mut self, old: u32, new: u32, size: u64, addr: u64) {
+        let n = self.nodes[old as usize];
+        debug_assert!(n.linked, "chunk {old} is not in a bin");
+        let (from, to) = (bin_for_size(n.size), bin_for_size(size));
+        let i = new as usize;
+        if i < self.nodes.len()
+            && self.roots[from] == old
+            && n.left == NIL
+            && n.right == NIL
+            && (from == to || self.roots[to] == NIL)
+        {
+            debug_assert!(!self.nodes[i].linked, "chunk {new} is already in a bin");
+            self.roots[from] = NIL;
+            self.non_empty &= !(1 << from);
+            self.roots[to] = new;
+            self.non_empty |= 1 << to;
+            self.nodes[old as usize].linked = false;
+            self.nodes[i] = Node { size, addr, linked: true, ..n };
+        } else {
+            self.replace_slow(old, new, size, addr);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn replace_slow(&mut self, old: u32, new: u32, size: u64, addr: u64) {
+        self.remove(old);
+        self.insert(new, size, addr);
+    }
+
     /// `rekey`'s general case, out of line so the fast path stays small.
     #[cold]
     #[inline(never)]

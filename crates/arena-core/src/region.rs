@@ -10,10 +10,8 @@ pub struct Region {
     pub base: u64,
     /// Bytes, a multiple of 256.
     pub size: u64,
-    /// The chunk at `base`.
+    /// The chunk at `base`. Never merged away: merges keep the lower chunk's id.
     pub first_chunk: u32,
-    /// Chunks of this region currently handed out; 0 means the region can be released.
-    pub in_use_chunks: u32,
 }
 
 /// Regions by slot, plus an index by address; slots of released regions are reused.
@@ -86,13 +84,5 @@ impl RegionSet {
     /// Number of regions held.
     pub fn len(&self) -> usize {
         self.by_addr.len()
-    }
-
-    /// Slots of regions with no chunk in use.
-    pub fn idle_slots(&self) -> Vec<u32> {
-        self.iter()
-            .filter(|(_, r)| r.in_use_chunks == 0)
-            .map(|(s, _)| s)
-            .collect()
     }
 }
