@@ -124,14 +124,7 @@ impl<R: RawAllocator> Arena<R> {
         let consumer = stream.map_or(0, Stream::id);
         let id = match st.find(rounded, consumer, clock) {
             Some(id) => id,
-            None => {
-                st.with_release_retry(&self.raw, &self.config, |st| {
-                    st.try_extend(&self.raw, &self.config, rounded, size)
-                })?;
-                st.find(rounded, consumer, clock).ok_or_else(|| {
-                    ArenaError::oom(size, "no free chunk fits even after growing the arena")
-                })?
-            }
+            None => self.grow_and_find(&mut st, rounded, size, consumer, clock)?,
         };
         let sync_id = clock.map_or(0, Clock::sync_id);
         Ok(Some(st.take(
@@ -142,6 +135,40 @@ impl<R: RawAllocator> Arena<R> {
             sync_id,
             self.config.max_dead_bytes_per_chunk,
         )))
+    }
+
+    /// No free chunk fits: grow the arena (releasing idle regions first if growing fails)
+    /// and search again. Out of line, to keep `allocate`'s common path small.
+    #[cold]
+    #[inline(never)]
+    fn grow_and_find(
+        &self,
+        st: &mut State,
+        rounded: u64,
+        size: u64,
+        consumer: StreamId,
+        clock: Option<&Clock>,
+    ) -> Result<u32> {
+        st.with_release_retry(&self.raw, &self.config, |st| {
+            st.try_extend(&self.raw, &self.config, rounded, size)
+        })?;
+        st.find(rounded, consumer, clock)
+            .ok_or_else(|| ArenaError::oom(size, "no free chunk fits even after growing the arena"))
+    }
+
+    /// Frees what is not an in-use chunk: a reserve, or an unknown address (an error).
+    #[cold]
+    #[inline(never)]
+    fn free_other(&self, st: &mut State, addr: u64) -> Result<()> {
+        if let Some(&size) = st.reserves.get(&addr) {
+            self.raw.free(addr, size)?;
+            st.reserves.remove(&addr);
+            st.stats.remove_in_use(size, size);
+            st.stats.reserved_bytes -= size;
+            st.stats.total_allocated -= size;
+            return Ok(());
+        }
+        Err(ArenaError::unknown_pointer(addr, st.describe_unknown(addr)))
     }
 
     /// Runs `op` with the lock held once `[addr, addr+len)` is known to lie inside one live
@@ -246,8 +273,8 @@ impl State {
         self.bins.replace(id, rest_id, rest.size, rest.addr);
     }
 
-    /// Marks in-use chunk `id` free, merges it with free neighbours of the same stream and
-    /// leaves the result in its bin.
+    /// Marks in-use chunk `id` (already out of the address table) free, merges it with free
+    /// neighbours of the same stream and leaves the result in its bin.
     #[inline]
     fn release_chunk(&mut self, id: u32) {
         let c = self.chunks.get_mut(id);
@@ -255,7 +282,6 @@ impl State {
         let (addr, size, requested, prev, next) = (c.addr, c.size, c.requested_size, c.prev, c.next);
         c.requested_size = 0;
         self.stats.remove_in_use(size, requested);
-        self.live.remove(addr);
         // Absorb the free chunk above, taking over its bin entry.
         let binned = next != NIL && self.mergeable(id, next);
         if binned {
@@ -748,19 +774,11 @@ impl<R: RawAllocator> Allocator for Arena<R> {
             return Ok(());
         }
         let mut st = self.state.lock();
-        if let Some(id) = st.live.get(addr) {
+        if let Some(id) = st.live.remove(addr) {
             st.release_chunk(id);
             return Ok(());
         }
-        if let Some(&size) = st.reserves.get(&addr) {
-            self.raw.free(addr, size)?;
-            st.reserves.remove(&addr);
-            st.stats.remove_in_use(size, size);
-            st.stats.reserved_bytes -= size;
-            st.stats.total_allocated -= size;
-            return Ok(());
-        }
-        Err(ArenaError::unknown_pointer(addr, st.describe_unknown(addr)))
+        self.free_other(&mut st, addr)
     }
 
     fn reserve(&self, size: u64) -> Result<Option<u64>> {
