@@ -279,7 +279,8 @@ impl State {
     fn release_chunk(&mut self, id: u32) {
         let c = self.chunks.get_mut(id);
         c.in_use = false;
-        let (addr, size, requested, prev, next) = (c.addr, c.size, c.requested_size, c.prev, c.next);
+        let (addr, size, requested, prev, next) =
+            (c.addr, c.size, c.requested_size, c.prev, c.next);
         c.requested_size = 0;
         self.stats.remove_in_use(size, requested);
         // Absorb the free chunk above, taking over its bin entry.

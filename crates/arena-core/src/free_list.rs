@@ -190,7 +190,12 @@ impl FreeBins {
             self.roots[to] = new;
             self.non_empty |= 1 << to;
             self.nodes[old as usize].linked = false;
-            self.nodes[i] = Node { size, addr, linked: true, ..n };
+            self.nodes[i] = Node {
+                size,
+                addr,
+                linked: true,
+                ..n
+            };
         } else {
             self.replace_slow(old, new, size, addr);
         }
