@@ -46,8 +46,8 @@ const MIN_LOG2: u32 = 6;
 /// Non-zero address → `u32`, as described in the module docs.
 #[derive(Debug, Clone)]
 pub struct AddrTable {
-    keys: Vec<u64>,
-    values: Vec<u32>,
+    /// `(address, value)`; address 0 marks an empty slot.
+    slots: Vec<(u64, u32)>,
     /// `64 - log2(capacity)`: the hash's top bits pick the home slot.
     shift: u32,
     len: usize,
@@ -61,10 +61,8 @@ impl Default for AddrTable {
 
 impl AddrTable {
     fn with_log2(log2: u32) -> Self {
-        let n = 1usize << log2;
         AddrTable {
-            keys: vec![EMPTY; n],
-            values: vec![0; n],
+            slots: vec![(EMPTY, 0); 1 << log2],
             shift: 64 - log2,
             len: 0,
         }
@@ -72,7 +70,7 @@ impl AddrTable {
 
     #[inline]
     fn mask(&self) -> usize {
-        self.keys.len() - 1
+        self.slots.len() - 1
     }
 
     #[inline]
@@ -93,9 +91,9 @@ impl AddrTable {
         }
         let mut i = self.home(key);
         loop {
-            let k = self.keys[i];
+            let (k, v) = self.slots[i];
             if k == key {
-                return Some(self.values[i]);
+                return Some(v);
             }
             if k == EMPTY {
                 return None;
@@ -108,15 +106,14 @@ impl AddrTable {
     #[inline]
     pub fn insert(&mut self, key: u64, value: u32) {
         debug_assert!(key != EMPTY && self.get(key).is_none());
-        if (self.len + 1) * 2 > self.keys.len() {
+        if (self.len + 1) * 2 > self.slots.len() {
             self.grow();
         }
         let mut i = self.home(key);
-        while self.keys[i] != EMPTY {
+        while self.slots[i].0 != EMPTY {
             i = (i + 1) & self.mask();
         }
-        self.keys[i] = key;
-        self.values[i] = value;
+        self.slots[i] = (key, value);
         self.len += 1;
     }
 
@@ -129,7 +126,7 @@ impl AddrTable {
         let mask = self.mask();
         let mut i = self.home(key);
         loop {
-            let k = self.keys[i];
+            let k = self.slots[i].0;
             if k == key {
                 break;
             }
@@ -138,29 +135,28 @@ impl AddrTable {
             }
             i = (i + 1) & mask;
         }
-        let value = self.values[i];
+        let value = self.slots[i].1;
         // Backward shift: pull later entries of the probe run into the hole when their home
         // slot does not lie cyclically in (hole, their slot].
         let mut j = i;
         loop {
             j = (j + 1) & mask;
-            let k = self.keys[j];
-            if k == EMPTY {
+            let entry = self.slots[j];
+            if entry.0 == EMPTY {
                 break;
             }
-            let h = self.home(k);
+            let h = self.home(entry.0);
             let stays = if i <= j {
                 i < h && h <= j
             } else {
                 i < h || h <= j
             };
             if !stays {
-                self.keys[i] = k;
-                self.values[i] = self.values[j];
+                self.slots[i] = entry;
                 i = j;
             }
         }
-        self.keys[i] = EMPTY;
+        self.slots[i].0 = EMPTY;
         self.len -= 1;
         Some(value)
     }
@@ -169,7 +165,7 @@ impl AddrTable {
     fn grow(&mut self) {
         let log2 = 64 - self.shift + 1;
         let old = std::mem::replace(self, Self::with_log2(log2));
-        for (k, v) in old.keys.into_iter().zip(old.values) {
+        for (k, v) in old.slots {
             if k != EMPTY {
                 self.insert(k, v);
             }
