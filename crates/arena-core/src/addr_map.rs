@@ -189,7 +189,7 @@ mod tests {
             x ^= x << 17;
             // Few distinct keys, many collisions in their low bits.
             let key = 0x1000_0000 + (x % 3000) * 256 * 1024;
-            if x % 3 == 0 {
+            if x.is_multiple_of(3) {
                 assert_eq!(t.remove(key), model.remove(&key), "step {step}");
             } else if let std::collections::hash_map::Entry::Vacant(e) = model.entry(key) {
                 e.insert(step);

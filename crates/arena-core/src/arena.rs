@@ -196,14 +196,18 @@ impl State {
     #[inline]
     fn find(&self, rounded: u64, consumer: StreamId, clock: Option<&Clock>) -> Option<u32> {
         let chunks = &self.chunks;
-        self.bins.best_fit(rounded, |id| {
-            let c = chunks.get(id);
-            // ORT's rule: the consumer's own chunk, an unassigned one, or one whose stream
-            // the consumer has waited on since the chunk was handed out there.
-            c.stream == consumer
-                || c.stream == 0
-                || clock.is_some_and(|cl| c.sync_id < cl.last_wait(c.stream))
-        })
+        self.bins.best_fit(
+            rounded,
+            #[inline(always)]
+            |id| {
+                let c = chunks.get(id);
+                // ORT's rule: the consumer's own chunk, an unassigned one, or one whose stream
+                // the consumer has waited on since the chunk was handed out there.
+                c.stream == consumer
+                    || c.stream == 0
+                    || clock.is_some_and(|cl| c.sync_id < cl.last_wait(c.stream))
+            },
+        )
     }
 
     /// Hands out free chunk `id`, splitting off what is left when ORT's rule says so. The
@@ -665,7 +669,7 @@ impl State {
                     || c.prev != prev
                     || c.region != slot
                     || c.size == 0
-                    || c.size % 256 != 0
+                    || !c.size.is_multiple_of(256)
                 {
                     return Err(format!(
                         "region {} is not tiled correctly at chunk {id}: {c:?}",

@@ -273,7 +273,7 @@ impl ArenaConfig {
             }
         }
         let p2 = self.max_power_of_two_extend_bytes;
-        if p2 == 0 || p2 > INT64_MAX || p2 % 256 != 0 {
+        if p2 == 0 || p2 > INT64_MAX || !p2.is_multiple_of(256) {
             return Err(invalid(
                 keys::MAX_POWER_OF_TWO_EXTEND_BYTES,
                 &p2.to_string(),

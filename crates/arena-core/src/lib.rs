@@ -1,20 +1,4 @@
-//! arena-core: cuda-arena's allocator logic in pure Rust, no CUDA and no FFI.
-//!
-//! A best-fit-with-coalescing [`Arena`] with ONNX Runtime's semantics over any
-//! [`RawAllocator`]; the `host` and `virtual` raw allocators for running it without a GPU;
-//! the [`Allocator`] trait in the shape of ORT's `OrtAllocator`; strict [`ArenaConfig`]
-//! parsing; stats with ORT's key names; a structured [`MemoryLog`].
-//!
-//! ```
-//! use arena_core::{Allocator, Arena, ArenaConfig, VirtualAllocator};
-//!
-//! let config = ArenaConfig::from_pairs([("arena.extend_strategy", "1")]).unwrap();
-//! let arena = Arena::new(VirtualAllocator::default(), config).unwrap();
-//! let p = arena.alloc(100).unwrap().unwrap();
-//! assert_eq!(arena.allocated_size(p).unwrap(), 256);
-//! arena.free(p).unwrap();
-//! assert_eq!(arena.stats().in_use, 0);
-//! ```
+#![doc = include_str!("../README.md")]
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -34,6 +18,11 @@ mod region;
 mod stats;
 mod stream;
 pub mod trace;
+
+/// The repository README's Rust examples, compiled and run as doctests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct RepositoryReadme;
 
 pub use allocator::{Allocator, PlainAllocator, ORT_ALLOCATOR_VERSION};
 pub use arena::Arena;

@@ -1,4 +1,4 @@
-//! The arena's lock: one compare-and-swap to take it, one plain store to give it back.
+//! The arena's lock: one atomic exchange to take it, one plain store to give it back.
 //!
 //! A general-purpose mutex (std's, parking_lot's) also needs an atomic read-modify-write to
 //! release, to learn whether anyone sleeps on it; at ~8 ns per atomic on the machines we
@@ -45,11 +45,10 @@ impl<T> ArenaLock<T> {
         }
     }
 
+    /// One atomic exchange (measured a little cheaper than a compare-and-swap here).
     #[inline]
     fn try_take(&self) -> bool {
-        self.locked
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
+        !self.locked.swap(true, Ordering::Acquire)
     }
 
     /// Waits for the lock and takes it.

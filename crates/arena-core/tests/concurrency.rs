@@ -57,7 +57,7 @@ fn worker<R: RawAllocator>(arena: &Arena<R>, seed: u64, ops: usize) -> Vec<(u64,
                 );
                 arena.free(p).expect("own live pointer");
             }
-            15 if rng.next() % 64 == 0 => {
+            15 if rng.next().is_multiple_of(64) => {
                 arena.shrink().expect("shrink");
                 arena.reset_chunks_using_stream(&stream).expect("reset");
             }
@@ -131,7 +131,7 @@ fn threads_writing_their_own_allocations_never_see_each_others_bytes() {
                 let mut rng = Rng(u64::from(t) + 7);
                 let mut live: Vec<(u64, u64)> = Vec::new();
                 for _ in 0..3_000 {
-                    if live.len() < 16 && rng.next() % 2 == 0 {
+                    if live.len() < 16 && rng.next().is_multiple_of(2) {
                         let size = 1 + rng.next() % 5000;
                         let p = alloc(&*arena, size);
                         arena.fill(p, t, size).expect("own memory");
