@@ -16,7 +16,7 @@ pub const ORT_ALLOCATOR_VERSION: u32 = 25;
 /// An allocator as ONNX Runtime sees one. Sizes and addresses are `u64`; an address is only
 /// meaningful to the allocator that returned it. Every failed call leaves the allocator as
 /// it was.
-pub trait Allocator: Send + Sync {
+pub trait Allocator: Send + Sync + std::fmt::Debug {
     /// Allocates `size` bytes, 256-byte aligned. `Ok(None)` only for `size == 0`.
     fn alloc(&self, size: u64) -> Result<Option<u64>>;
 

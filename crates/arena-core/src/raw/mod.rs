@@ -58,7 +58,7 @@ pub struct RawStats {
 
 /// A source of memory for one device. Implementations are thread-safe; the arena calls
 /// them under its own lock.
-pub trait RawAllocator: Send + Sync {
+pub trait RawAllocator: Send + Sync + std::fmt::Debug {
     /// Allocates exactly `size` bytes (`size > 0`), aligned to at least 256 bytes.
     /// A refusal for lack of memory is [`ArenaError::OutOfMemory`]; the arena then backs off.
     fn alloc(&self, size: u64) -> Result<u64>;

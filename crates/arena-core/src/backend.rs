@@ -1,0 +1,141 @@
+//! Where a factory's memory comes from: the [`Backend`] trait, and [`SimBackend`], the
+//! `host` and `virtual` backends of simulated devices. `cuda-sys-bridge` implements the
+//! trait for real GPUs.
+
+use crate::allocator::Allocator;
+use crate::config::ArenaConfig;
+use crate::error::{ArenaError, Result};
+use crate::memory_info::{MemoryInfo, MemoryKind};
+use crate::pool::PoolAllocator;
+use crate::raw::{
+    DeviceLimits, HostAllocator, RawAllocator, RawStats, VirtualAllocator,
+    DEFAULT_HOST_TOTAL_MEMORY, DEFAULT_VIRTUAL_TOTAL_MEMORY,
+};
+use std::sync::Arc;
+
+/// A shareable raw allocator.
+pub type SharedRaw = Arc<dyn RawAllocator>;
+
+/// The devices and memories a factory draws on.
+pub trait Backend: Send + Sync + std::fmt::Debug {
+    /// `"cuda"`, `"host"` or `"virtual"`.
+    fn name(&self) -> &'static str;
+
+    /// How many devices there are; ordinals run from 0.
+    fn device_count(&self) -> u32;
+
+    /// A raw allocator for `kind` memory of device `device` (`Cpu`: device 0).
+    fn raw(&self, kind: MemoryKind, device: u32) -> Result<SharedRaw>;
+
+    /// The memory-pool allocator for device memory of `device`. `Err(InvalidArgument)` with
+    /// "not supported" in the message means the caller should fall back to the arena.
+    fn mempool(&self, device: u32, config: &ArenaConfig) -> Result<Arc<dyn Allocator>>;
+
+    /// Counters of the calls that reached the device's raw allocators.
+    fn device_stats(&self, device: u32) -> Result<RawStats>;
+
+    /// The error for an ordinal this backend has no device for.
+    fn no_device(&self, device: u32) -> ArenaError {
+        ArenaError::invalid_argument(format!(
+            "the {} backend has no device {device} (it has {})",
+            self.name(),
+            self.device_count()
+        ))
+    }
+}
+
+/// Which simulated memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SimKind {
+    /// Real host memory: readable and writable.
+    Host,
+    /// Addresses only.
+    Virtual,
+}
+
+/// Simulated devices: each has one raw allocator (device and pinned memory share its limits
+/// and counters) plus one for `Cpu` memory.
+#[derive(Debug)]
+pub struct SimBackend {
+    kind: SimKind,
+    devices: Vec<SimDevice>,
+    cpu: SharedRaw,
+}
+
+#[derive(Debug)]
+enum SimDevice {
+    Host(HostAllocator),
+    Virtual(VirtualAllocator),
+}
+
+impl SimBackend {
+    /// `limits.len()` devices of `kind`; an empty list means one device with the default
+    /// size (4 GiB host, 80 GiB virtual).
+    pub fn new(kind: SimKind, limits: &[DeviceLimits]) -> Self {
+        let default = match kind {
+            SimKind::Host => DEFAULT_HOST_TOTAL_MEMORY,
+            SimKind::Virtual => DEFAULT_VIRTUAL_TOTAL_MEMORY,
+        };
+        let limits = if limits.is_empty() {
+            vec![DeviceLimits::with_total(default)]
+        } else {
+            limits.to_vec()
+        };
+        let devices = limits
+            .iter()
+            .map(|&l| match kind {
+                SimKind::Host => SimDevice::Host(HostAllocator::new(l)),
+                SimKind::Virtual => SimDevice::Virtual(VirtualAllocator::new(l)),
+            })
+            .collect();
+        let cpu_limits = DeviceLimits::with_total(default);
+        let cpu: SharedRaw = match kind {
+            SimKind::Host => Arc::new(HostAllocator::new(cpu_limits)),
+            SimKind::Virtual => Arc::new(
+                VirtualAllocator::new(cpu_limits).with_info(MemoryInfo::new(MemoryKind::Cpu, 0)),
+            ),
+        };
+        SimBackend { kind, devices, cpu }
+    }
+
+    fn device(&self, device: u32) -> Result<&SimDevice> {
+        self.devices
+            .get(device as usize)
+            .ok_or_else(|| self.no_device(device))
+    }
+}
+
+impl Backend for SimBackend {
+    fn name(&self) -> &'static str {
+        match self.kind {
+            SimKind::Host => "host",
+            SimKind::Virtual => "virtual",
+        }
+    }
+
+    fn device_count(&self) -> u32 {
+        self.devices.len() as u32
+    }
+
+    fn raw(&self, kind: MemoryKind, device: u32) -> Result<SharedRaw> {
+        if kind == MemoryKind::Cpu {
+            return Ok(self.cpu.clone());
+        }
+        let info = MemoryInfo::new(kind, device);
+        Ok(match self.device(device)? {
+            SimDevice::Host(h) => Arc::new(h.clone().with_info(info)),
+            SimDevice::Virtual(v) => Arc::new(v.clone().with_info(info)),
+        })
+    }
+
+    fn mempool(&self, device: u32, config: &ArenaConfig) -> Result<Arc<dyn Allocator>> {
+        Ok(Arc::new(PoolAllocator::new(
+            self.raw(MemoryKind::Cuda, device)?,
+            config,
+        )))
+    }
+
+    fn device_stats(&self, device: u32) -> Result<RawStats> {
+        Ok(self.raw(MemoryKind::Cuda, device)?.raw_stats())
+    }
+}

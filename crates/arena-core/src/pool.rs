@@ -1,0 +1,238 @@
+//! The memory-pool allocator's stand-in for the `host` and `virtual` backends: what
+//! `arena.use_cuda_mempool=1` selects when there is no CUDA, so selection, lifecycle and
+//! stats are tested without a GPU. Like a CUDA pool it is stream-ordered: a freed block goes
+//! back to the pool tagged with the stream it was used on and is reused by that stream (or,
+//! once it has no stream, by anyone); cached bytes beyond the release threshold go back to
+//! the raw allocator; `shrink` trims the cache to `bytes_to_keep_on_shrink`.
+
+use crate::addr_map::AddrMap;
+use crate::allocator::{out_of_range, range_inside, Allocator};
+use crate::config::ArenaConfig;
+use crate::error::{ArenaError, Result};
+use crate::memory_info::MemoryInfo;
+use crate::memory_log::{MemoryLog, ReserveLog};
+use crate::raw::RawAllocator;
+use crate::stats::AllocatorStats;
+use crate::stream::{Stream, StreamId};
+use parking_lot::Mutex;
+
+/// A stream-ordered pool over a raw allocator; see the module docs.
+#[derive(Debug)]
+pub struct PoolAllocator<R: RawAllocator> {
+    raw: R,
+    release_threshold: u64,
+    bytes_to_keep_on_shrink: u64,
+    state: Mutex<PoolState>,
+}
+
+#[derive(Debug, Default)]
+struct PoolState {
+    /// Live allocations: address → (size, stream).
+    live: AddrMap<(u64, StreamId)>,
+    /// Freed blocks kept for reuse: (address, size, stream), oldest first.
+    cached: Vec<(u64, u64, StreamId)>,
+    cached_bytes: u64,
+    stats: AllocatorStats,
+}
+
+impl<R: RawAllocator> PoolAllocator<R> {
+    /// A pool over `raw` with the mempool keys of `config` (an unset release threshold means
+    /// unlimited, DESIGN decision 9).
+    pub fn new(raw: R, config: &ArenaConfig) -> Self {
+        PoolAllocator {
+            raw,
+            release_threshold: config.cuda_mempool_release_threshold.unwrap_or(u64::MAX),
+            bytes_to_keep_on_shrink: config.cuda_mempool_bytes_to_keep_on_shrink,
+            state: Mutex::new(PoolState {
+                stats: AllocatorStats {
+                    limit: 0,
+                    ..Default::default()
+                },
+                ..Default::default()
+            }),
+        }
+    }
+
+    /// The raw allocator underneath.
+    pub fn raw(&self) -> &R {
+        &self.raw
+    }
+
+    fn allocate(&self, size: u64, stream: StreamId) -> Result<Option<u64>> {
+        if size == 0 {
+            return Ok(None);
+        }
+        let mut st = self.state.lock();
+        let reuse = st
+            .cached
+            .iter()
+            .position(|&(_, s, from)| s == size && (from == stream || from == 0));
+        let addr = match reuse {
+            Some(i) => {
+                let (addr, s, _) = st.cached.remove(i);
+                st.cached_bytes -= s;
+                addr
+            }
+            None => {
+                let addr = self.raw.alloc(size)?;
+                st.stats.total_allocated += size;
+                addr
+            }
+        };
+        st.live.insert(addr, (size, stream));
+        st.stats.add_in_use(size, size);
+        Ok(Some(addr))
+    }
+
+    /// Returns cached blocks to the raw allocator, oldest first, until at most `keep` bytes
+    /// stay cached.
+    fn trim(&self, st: &mut PoolState, keep: u64) -> Result<()> {
+        while st.cached_bytes > keep {
+            let (addr, size, _) = st.cached[0];
+            self.raw.free(addr, size)?;
+            st.cached.remove(0);
+            st.cached_bytes -= size;
+            st.stats.total_allocated -= size;
+        }
+        Ok(())
+    }
+}
+
+impl<R: RawAllocator> Drop for PoolAllocator<R> {
+    fn drop(&mut self) {
+        let st = self.state.get_mut();
+        for (addr, (size, _)) in st.live.drain() {
+            let _ = self.raw.free(addr, size);
+        }
+        for (addr, size, _) in st.cached.drain(..) {
+            let _ = self.raw.free(addr, size);
+        }
+    }
+}
+
+impl<R: RawAllocator> Allocator for PoolAllocator<R> {
+    fn alloc(&self, size: u64) -> Result<Option<u64>> {
+        self.allocate(size, 0)
+    }
+
+    fn free(&self, addr: u64) -> Result<()> {
+        if addr == 0 {
+            return Ok(());
+        }
+        let mut st = self.state.lock();
+        // DESIGN decision 8: a foreign free is an error, not a warning.
+        let Some((size, stream)) = st.live.remove(&addr) else {
+            return Err(ArenaError::unknown_pointer(
+                addr,
+                "not a live allocation of this memory pool",
+            ));
+        };
+        st.stats.remove_in_use(size, size);
+        st.cached.push((addr, size, stream));
+        st.cached_bytes += size;
+        let threshold = self.release_threshold;
+        // A raw free failing here leaves the block cached; nothing of the caller's is lost.
+        let _ = self.trim(&mut st, threshold);
+        Ok(())
+    }
+
+    /// A pool has no reserve of its own: ORT's pool allocator serves it as an allocation.
+    fn reserve(&self, size: u64) -> Result<Option<u64>> {
+        self.allocate(size, 0)
+    }
+
+    fn is_stream_aware(&self) -> bool {
+        true
+    }
+
+    fn alloc_on_stream(&self, size: u64, stream: &Stream) -> Result<Option<u64>> {
+        self.allocate(size, stream.id())
+    }
+
+    fn info(&self) -> MemoryInfo {
+        self.raw.info()
+    }
+
+    fn stats(&self) -> AllocatorStats {
+        self.state.lock().stats
+    }
+
+    fn can_shrink(&self) -> bool {
+        true
+    }
+
+    fn shrink(&self) -> Result<()> {
+        let mut st = self.state.lock();
+        self.trim(&mut st, self.bytes_to_keep_on_shrink)?;
+        st.stats.num_arena_shrinkages += 1;
+        Ok(())
+    }
+
+    fn memory_log(&self) -> MemoryLog {
+        let st = self.state.lock();
+        let mut reserves: Vec<ReserveLog> = st
+            .live
+            .iter()
+            .map(|(&addr, &(size, _))| ReserveLog { addr, size })
+            .collect();
+        reserves.sort_by_key(|r| r.addr);
+        MemoryLog {
+            regions: Vec::new(),
+            reserves,
+            bins: Vec::new(),
+            stats: st.stats,
+        }
+    }
+
+    fn allocated_size(&self, addr: u64) -> Result<u64> {
+        self.state
+            .lock()
+            .live
+            .get(&addr)
+            .map(|&(s, _)| s)
+            .ok_or_else(|| {
+                ArenaError::unknown_pointer(addr, "not a live allocation of this memory pool")
+            })
+    }
+
+    fn requested_size(&self, addr: u64) -> Result<u64> {
+        self.allocated_size(addr)
+    }
+
+    fn write(&self, addr: u64, data: &[u8]) -> Result<()> {
+        let st = self.state.lock();
+        if !st
+            .live
+            .iter()
+            .any(|(&b, &(s, _))| range_inside(addr, data.len() as u64, b, s))
+        {
+            return Err(out_of_range(addr, data.len() as u64));
+        }
+        self.raw.write(addr, data)
+    }
+
+    fn read(&self, addr: u64, out: &mut [u8]) -> Result<()> {
+        let st = self.state.lock();
+        let len = out.len() as u64;
+        if !st
+            .live
+            .iter()
+            .any(|(&b, &(s, _))| range_inside(addr, len, b, s))
+        {
+            return Err(out_of_range(addr, len));
+        }
+        self.raw.read(addr, out)
+    }
+
+    fn fill(&self, addr: u64, byte: u8, len: u64) -> Result<()> {
+        let st = self.state.lock();
+        if !st
+            .live
+            .iter()
+            .any(|(&b, &(s, _))| range_inside(addr, len, b, s))
+        {
+            return Err(out_of_range(addr, len));
+        }
+        self.raw.fill(addr, byte, len)
+    }
+}
