@@ -1,6 +1,13 @@
-//! napi-rs binding of cuda-arena for Node.js (thin glue; the typed API lives in ts/).
-//!
-//! The napi-rs glue lands with issue 3.
+//! napi-rs binding of cuda-arena: converts arguments, calls `arena-core`, maps errors to JS
+//! `Error`s whose `code` is the DESIGN's code. No arena logic lives here; the typed API users
+//! import is in `ts/`. Every entry point catches panics, so none crosses into Node.
 #![deny(unsafe_code)]
+// napi classes and objects hold JS-facing values; Debug adds nothing for them.
+#![allow(missing_debug_implementations)]
 
-pub use arena_core::{Allocator, ArenaError, RawAllocator};
+mod allocator;
+mod convert;
+mod error;
+mod factory;
+mod functions;
+mod stream;

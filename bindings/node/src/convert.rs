@@ -1,0 +1,193 @@
+//! Conversions between JS values and the core's types.
+
+use crate::error::{invalid, js, Result};
+use arena_core::{AllocatorStats, ArenaConfig, ArenaError, MemoryLog, RawStats};
+use napi::bindgen_prelude::BigInt;
+use napi_derive::napi;
+use std::collections::HashMap;
+
+/// A non-negative size that fits in 64 bits. Negative is an invalid argument; 2^64 or more
+/// can never be served (DESIGN decision 4: out of memory).
+pub fn size_arg(name: &str, v: &BigInt) -> Result<u64> {
+    let (negative, value, lossless) = v.get_u64();
+    if negative && !(value == 0 && v.words.iter().all(|&w| w == 0)) {
+        return Err(invalid(format!("{name} must not be negative")));
+    }
+    if !lossless && v.words.iter().skip(1).any(|&w| w != 0) {
+        return Err(js(ArenaError::OutOfMemory {
+            requested: u64::MAX,
+            reason: format!("{name} does not fit in 64 bits"),
+        }));
+    }
+    Ok(value)
+}
+
+/// An address argument: a bigint that fits in 64 bits and is not negative.
+pub fn addr_arg(v: &BigInt) -> Result<u64> {
+    let (negative, value, lossless) = v.get_u64();
+    if (negative && value != 0) || (!lossless && v.words.iter().skip(1).any(|&w| w != 0)) {
+        return Err(js(ArenaError::UnknownPointer {
+            addr: value,
+            reason: "not a 64-bit address this allocator handed out".into(),
+        }));
+    }
+    Ok(value)
+}
+
+/// `arena.*` pairs (already flattened by the TS layer) → config.
+pub fn config_arg(pairs: Option<HashMap<String, String>>) -> Result<Option<ArenaConfig>> {
+    match pairs {
+        None => Ok(None),
+        Some(p) => {
+            let mut keys: Vec<_> = p.into_iter().collect();
+            keys.sort();
+            ArenaConfig::from_pairs(keys).map(Some).map_err(js)
+        }
+    }
+}
+
+fn big(v: u64) -> BigInt {
+    BigInt::from(v)
+}
+
+/// `getStats()` values, bigint.
+#[napi(object)]
+pub struct JsStats {
+    pub limit: BigInt,
+    pub in_use: BigInt,
+    pub requested_in_use: BigInt,
+    pub total_allocated: BigInt,
+    pub reserved_bytes: BigInt,
+    pub max_in_use: BigInt,
+    pub num_allocs: BigInt,
+    pub num_reserves: BigInt,
+    pub num_arena_extensions: BigInt,
+    pub num_arena_shrinkages: BigInt,
+    pub max_alloc_size: BigInt,
+}
+
+impl From<AllocatorStats> for JsStats {
+    fn from(s: AllocatorStats) -> Self {
+        JsStats {
+            limit: BigInt::from(s.limit),
+            in_use: big(s.in_use),
+            requested_in_use: big(s.requested_in_use),
+            total_allocated: big(s.total_allocated),
+            reserved_bytes: big(s.reserved_bytes),
+            max_in_use: big(s.max_in_use),
+            num_allocs: big(s.num_allocs),
+            num_reserves: big(s.num_reserves),
+            num_arena_extensions: big(s.num_arena_extensions),
+            num_arena_shrinkages: big(s.num_arena_shrinkages),
+            max_alloc_size: big(s.max_alloc_size),
+        }
+    }
+}
+
+/// `deviceStats()` values.
+#[napi(object)]
+pub struct JsDeviceStats {
+    pub raw_allocs: BigInt,
+    pub raw_frees: BigInt,
+    pub raw_failures: BigInt,
+    pub raw_bytes_outstanding: BigInt,
+    pub free: Option<BigInt>,
+    pub total: Option<BigInt>,
+}
+
+impl From<RawStats> for JsDeviceStats {
+    fn from(s: RawStats) -> Self {
+        JsDeviceStats {
+            raw_allocs: big(s.raw_allocs),
+            raw_frees: big(s.raw_frees),
+            raw_failures: big(s.raw_failures),
+            raw_bytes_outstanding: big(s.raw_bytes_outstanding),
+            free: s.free.map(big),
+            total: s.total.map(big),
+        }
+    }
+}
+
+#[napi(object)]
+pub struct JsChunk {
+    pub addr: BigInt,
+    pub size: BigInt,
+    pub requested_size: BigInt,
+    pub in_use: bool,
+    pub stream: Option<BigInt>,
+    pub sync_id: BigInt,
+}
+
+#[napi(object)]
+pub struct JsRegion {
+    pub id: BigInt,
+    pub base: BigInt,
+    pub size: BigInt,
+    pub chunks: Vec<JsChunk>,
+}
+
+#[napi(object)]
+pub struct JsReserve {
+    pub addr: BigInt,
+    pub size: BigInt,
+}
+
+#[napi(object)]
+pub struct JsBin {
+    pub bin_size: BigInt,
+    pub chunks: BigInt,
+    pub in_use_chunks: BigInt,
+    pub bytes: BigInt,
+    pub in_use_bytes: BigInt,
+    pub requested_bytes: BigInt,
+}
+
+#[napi(object)]
+pub struct JsMemoryLog {
+    pub regions: Vec<JsRegion>,
+    pub reserves: Vec<JsReserve>,
+    pub bins: Vec<JsBin>,
+    pub stats: JsStats,
+}
+
+impl From<MemoryLog> for JsMemoryLog {
+    fn from(log: MemoryLog) -> Self {
+        JsMemoryLog {
+            regions: log
+                .regions
+                .into_iter()
+                .map(|r| JsRegion {
+                    id: big(r.id),
+                    base: big(r.base),
+                    size: big(r.size),
+                    chunks: r
+                        .chunks
+                        .into_iter()
+                        .map(|c| JsChunk {
+                            addr: big(c.addr),
+                            size: big(c.size),
+                            requested_size: big(c.requested_size),
+                            in_use: c.in_use,
+                            stream: c.stream.map(big),
+                            sync_id: big(c.sync_id),
+                        })
+                        .collect(),
+                })
+                .collect(),
+            reserves: log.reserves.into_iter().map(|r| JsReserve { addr: big(r.addr), size: big(r.size) }).collect(),
+            bins: log
+                .bins
+                .into_iter()
+                .map(|b| JsBin {
+                    bin_size: big(b.bin_size),
+                    chunks: big(b.chunks),
+                    in_use_chunks: big(b.in_use_chunks),
+                    bytes: big(b.bytes),
+                    in_use_bytes: big(b.in_use_bytes),
+                    requested_bytes: big(b.requested_bytes),
+                })
+                .collect(),
+            stats: log.stats.into(),
+        }
+    }
+}
