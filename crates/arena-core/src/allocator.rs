@@ -101,6 +101,8 @@ pub(crate) fn range_inside(addr: u64, len: u64, base: u64, size: u64) -> bool {
 #[derive(Debug)]
 pub struct PlainAllocator<R: RawAllocator> {
     raw: R,
+    /// What `info()` reports; the raw allocator's unless overridden (read-only type).
+    info: MemoryInfo,
     state: Mutex<PlainState>,
 }
 
@@ -115,12 +117,19 @@ impl<R: RawAllocator> PlainAllocator<R> {
     /// A plain allocator over `raw`.
     pub fn new(raw: R) -> Self {
         PlainAllocator {
+            info: raw.info(),
             raw,
             state: Mutex::new(PlainState {
                 live: AddrMap::default(),
                 stats: AllocatorStats::with_limit(u64::MAX),
             }),
         }
+    }
+
+    /// The same allocator, reporting `info` (the factory marks read-only allocators so).
+    pub fn with_info(mut self, info: MemoryInfo) -> Self {
+        self.info = info;
+        self
     }
 
     /// The raw allocator underneath.
@@ -211,7 +220,7 @@ impl<R: RawAllocator> Allocator for PlainAllocator<R> {
     }
 
     fn info(&self) -> MemoryInfo {
-        self.raw.info()
+        self.info
     }
 
     fn stats(&self) -> AllocatorStats {

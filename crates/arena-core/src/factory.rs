@@ -165,7 +165,7 @@ impl Factory {
         let mut warnings = Vec::new();
         if info.allocator_type == AllocatorType::ReadOnly {
             let raw = self.backend.raw(info.kind, info.device_id)?;
-            let allocator: Arc<dyn Allocator> = Arc::new(PlainAllocator::new(raw));
+            let allocator: Arc<dyn Allocator> = Arc::new(PlainAllocator::new(raw).with_info(info));
             return Ok(Created {
                 allocator,
                 kind: None,

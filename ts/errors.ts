@@ -1,0 +1,62 @@
+/**
+ * The error registry: every error cuda-arena throws is an `Error` with one of these stable
+ * `code`s. Messages may change; codes do not. Errors from the native layer already carry
+ * their code; this module makes the ones raised in TypeScript the same way.
+ */
+
+/** Every error code, in the order DESIGN.md lists them. */
+export const ERROR_CODES = [
+  'ERR_ARENA_OUT_OF_MEMORY',
+  'ERR_ARENA_INVALID_CONFIG',
+  'ERR_ARENA_INVALID_ARGUMENT',
+  'ERR_ARENA_UNKNOWN_POINTER',
+  'ERR_ARENA_RELEASED',
+  'ERR_NO_CUDA',
+  'ERR_CUDA',
+] as const
+
+/** One of {@link ERROR_CODES}. */
+export type ArenaErrorCode = (typeof ERROR_CODES)[number]
+
+/** `ERR_ARENA_OUT_OF_MEMORY`: the device or `arena.max_mem` cannot hold the request. */
+export const ERR_ARENA_OUT_OF_MEMORY = 'ERR_ARENA_OUT_OF_MEMORY'
+/** `ERR_ARENA_INVALID_CONFIG`: a config key or value is rejected. */
+export const ERR_ARENA_INVALID_CONFIG = 'ERR_ARENA_INVALID_CONFIG'
+/** `ERR_ARENA_INVALID_ARGUMENT`: a malformed argument. */
+export const ERR_ARENA_INVALID_ARGUMENT = 'ERR_ARENA_INVALID_ARGUMENT'
+/** `ERR_ARENA_UNKNOWN_POINTER`: an address or range this allocator does not hold. */
+export const ERR_ARENA_UNKNOWN_POINTER = 'ERR_ARENA_UNKNOWN_POINTER'
+/** `ERR_ARENA_RELEASED`: use after release. */
+export const ERR_ARENA_RELEASED = 'ERR_ARENA_RELEASED'
+/** `ERR_NO_CUDA`: no usable CUDA driver or device. */
+export const ERR_NO_CUDA = 'ERR_NO_CUDA'
+/** `ERR_CUDA`: a CUDA driver error; the message has the `CUresult` name. */
+export const ERR_CUDA = 'ERR_CUDA'
+
+/** An error with a stable {@link ArenaErrorCode}. */
+export interface ArenaError extends Error {
+  readonly code: ArenaErrorCode
+}
+
+/** Makes an `Error` (a `RangeError` for out-of-range values) with `code`. */
+export function arenaError(code: ArenaErrorCode, message: string, options?: { cause?: unknown; range?: boolean }): ArenaError {
+  const err = options?.range ? new RangeError(message, { cause: options.cause }) : new Error(message, { cause: options?.cause })
+  Object.defineProperty(err, 'code', { value: code, enumerable: true })
+  return err as ArenaError
+}
+
+/** Whether `e` is an error from cuda-arena (it has one of the codes). */
+export function isArenaError(e: unknown): e is ArenaError {
+  return e instanceof Error && (ERROR_CODES as readonly string[]).includes((e as { code?: unknown }).code as string)
+}
+
+/** An invalid argument, naming it and the value. */
+export function invalidArgument(name: string, value: unknown, why: string): ArenaError {
+  return arenaError(ERR_ARENA_INVALID_ARGUMENT, `${name} ${why}, got ${describe(value)}`, { range: true })
+}
+
+function describe(value: unknown): string {
+  if (typeof value === 'bigint') return `${value}n`
+  if (typeof value === 'string') return JSON.stringify(value)
+  return String(value)
+}
