@@ -41,7 +41,10 @@ impl NativeAllocator {
     #[napi(catch_unwind)]
     pub fn alloc_on_stream(&self, size: BigInt, stream: &NativeStream) -> Result<Option<BigInt>> {
         let size = size_arg("size", &size)?;
-        self.get()?.alloc_on_stream(size, stream.get()?).map(opt_addr).map_err(js)
+        self.get()?
+            .alloc_on_stream(size, stream.get()?)
+            .map(opt_addr)
+            .map_err(js)
     }
 
     #[napi(catch_unwind)]
@@ -73,7 +76,9 @@ impl NativeAllocator {
 
     #[napi(catch_unwind)]
     pub fn reset_chunks_using_stream(&self, stream: &NativeStream) -> Result<()> {
-        self.get()?.reset_chunks_using_stream(stream.get()?).map_err(js)
+        self.get()?
+            .reset_chunks_using_stream(stream.get()?)
+            .map_err(js)
     }
 
     /// `[name, deviceId, type]` of the memory served.
@@ -84,7 +89,11 @@ impl NativeAllocator {
             arena_core::AllocatorType::Device => "device",
             arena_core::AllocatorType::ReadOnly => "readonly",
         };
-        Ok(vec![i.kind.name().to_string(), i.device_id.to_string(), ty.to_string()])
+        Ok(vec![
+            i.kind.name().to_string(),
+            i.device_id.to_string(),
+            ty.to_string(),
+        ])
     }
 
     #[napi(catch_unwind)]
@@ -95,7 +104,13 @@ impl NativeAllocator {
     /// ORT's `GetStats` pairs: `[key, value]`, in ORT's order.
     #[napi(catch_unwind)]
     pub fn stats_raw(&self) -> Result<Vec<Vec<String>>> {
-        Ok(self.get()?.stats().to_pairs().into_iter().map(|(k, v)| vec![k.to_string(), v]).collect())
+        Ok(self
+            .get()?
+            .stats()
+            .to_pairs()
+            .into_iter()
+            .map(|(k, v)| vec![k.to_string(), v])
+            .collect())
     }
 
     #[napi(catch_unwind)]
@@ -106,13 +121,19 @@ impl NativeAllocator {
     #[napi(catch_unwind)]
     pub fn allocated_size(&self, addr: BigInt) -> Result<BigInt> {
         let addr = addr_arg(&addr)?;
-        self.get()?.allocated_size(addr).map(BigInt::from).map_err(js)
+        self.get()?
+            .allocated_size(addr)
+            .map(BigInt::from)
+            .map_err(js)
     }
 
     #[napi(catch_unwind)]
     pub fn requested_size(&self, addr: BigInt) -> Result<BigInt> {
         let addr = addr_arg(&addr)?;
-        self.get()?.requested_size(addr).map(BigInt::from).map_err(js)
+        self.get()?
+            .requested_size(addr)
+            .map(BigInt::from)
+            .map_err(js)
     }
 
     #[napi(catch_unwind)]
@@ -129,7 +150,9 @@ impl NativeAllocator {
         let addr = addr_arg(&addr)?;
         let len = size_arg("length", &len)?;
         if len > MAX_READ {
-            return Err(crate::error::invalid(format!("length {len} is larger than a Node buffer can be")));
+            return Err(crate::error::invalid(format!(
+                "length {len} is larger than a Node buffer can be"
+            )));
         }
         let mut out = vec![0u8; len as usize];
         self.get()?.read(addr, &mut out).map_err(js)?;

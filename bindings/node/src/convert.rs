@@ -174,7 +174,14 @@ impl From<MemoryLog> for JsMemoryLog {
                         .collect(),
                 })
                 .collect(),
-            reserves: log.reserves.into_iter().map(|r| JsReserve { addr: big(r.addr), size: big(r.size) }).collect(),
+            reserves: log
+                .reserves
+                .into_iter()
+                .map(|r| JsReserve {
+                    addr: big(r.addr),
+                    size: big(r.size),
+                })
+                .collect(),
             bins: log
                 .bins
                 .into_iter()

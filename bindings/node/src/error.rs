@@ -14,10 +14,14 @@ pub fn js(e: ArenaError) -> JsError {
 
 /// An invalid argument, named.
 pub fn invalid(reason: impl Into<String>) -> JsError {
-    js(ArenaError::InvalidArgument { reason: reason.into() })
+    js(ArenaError::InvalidArgument {
+        reason: reason.into(),
+    })
 }
 
 /// Use of a released handle.
 pub fn released(what: &str) -> JsError {
-    js(ArenaError::Released { what: what.to_string() })
+    js(ArenaError::Released {
+        what: what.to_string(),
+    })
 }

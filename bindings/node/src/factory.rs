@@ -4,7 +4,10 @@ use crate::allocator::NativeAllocator;
 use crate::convert::{config_arg, JsDeviceStats};
 use crate::error::{invalid, js, Result};
 use crate::stream::NativeStream;
-use arena_core::{named_factory, AllocatorType, ArenaError, DeviceLimits, Factory, MemoryInfo, MemoryKind, SimBackend, SimKind};
+use arena_core::{
+    named_factory, AllocatorType, ArenaError, DeviceLimits, Factory, MemoryInfo, MemoryKind,
+    SimBackend, SimKind,
+};
 use napi::bindgen_prelude::BigInt;
 use napi_derive::napi;
 use std::collections::HashMap;
@@ -27,7 +30,9 @@ pub struct NativeFactory {
 fn bigint_u64(name: &str, v: &BigInt) -> Result<u64> {
     let (negative, value, lossless) = v.get_u64();
     if negative || !lossless {
-        return Err(invalid(format!("{name} must be a non-negative 64-bit integer")));
+        return Err(invalid(format!(
+            "{name} must be a non-negative 64-bit integer"
+        )));
     }
     Ok(value)
 }
@@ -38,16 +43,21 @@ impl NativeFactory {
     /// list means one default device).
     #[napi(constructor, catch_unwind)]
     pub fn new(name: String, backend: String, devices: Vec<JsDeviceLimits>) -> Result<Self> {
-        let kind = match backend.as_str() {
-            "host" => SimKind::Host,
-            "virtual" => SimKind::Virtual,
-            "cuda" => {
-                return Err(js(ArenaError::NoCuda {
-                    reason: "this build has no CUDA backend yet (cuda-sys-bridge arrives with issue 4)".into(),
-                }))
-            }
-            other => return Err(invalid(format!("backend must be 'cuda', 'host' or 'virtual', got {other:?}"))),
-        };
+        let kind =
+            match backend.as_str() {
+                "host" => SimKind::Host,
+                "virtual" => SimKind::Virtual,
+                "cuda" => return Err(js(ArenaError::NoCuda {
+                    reason:
+                        "this build has no CUDA backend yet (cuda-sys-bridge arrives with issue 4)"
+                            .into(),
+                })),
+                other => {
+                    return Err(invalid(format!(
+                        "backend must be 'cuda', 'host' or 'virtual', got {other:?}"
+                    )))
+                }
+            };
         let default_total = match kind {
             SimKind::Host => arena_core::raw::DEFAULT_HOST_TOTAL_MEMORY,
             SimKind::Virtual => arena_core::raw::DEFAULT_VIRTUAL_TOTAL_MEMORY,
@@ -55,17 +65,34 @@ impl NativeFactory {
         let limits = devices
             .iter()
             .map(|d| {
-                let total = d.total_memory.as_ref().map(|v| bigint_u64("totalMemory", v)).transpose()?;
-                let max = d.max_allocation.as_ref().map(|v| bigint_u64("maxAllocation", v)).transpose()?;
-                Ok(DeviceLimits { total_memory: total.unwrap_or(default_total), max_allocation: max.unwrap_or(u64::MAX) })
+                let total = d
+                    .total_memory
+                    .as_ref()
+                    .map(|v| bigint_u64("totalMemory", v))
+                    .transpose()?;
+                let max = d
+                    .max_allocation
+                    .as_ref()
+                    .map(|v| bigint_u64("maxAllocation", v))
+                    .transpose()?;
+                Ok(DeviceLimits {
+                    total_memory: total.unwrap_or(default_total),
+                    max_allocation: max.unwrap_or(u64::MAX),
+                })
             })
             .collect::<Result<Vec<_>>>()?;
         let spec = format!("{backend}:{limits:?}");
         let inner = named_factory(&name, &spec, || {
-            Ok(Factory::new(name.clone(), Arc::new(SimBackend::new(kind, &limits))))
+            Ok(Factory::new(
+                name.clone(),
+                Arc::new(SimBackend::new(kind, &limits)),
+            ))
         })
         .map_err(js)?;
-        Ok(NativeFactory { inner, warnings: Vec::new() })
+        Ok(NativeFactory {
+            inner,
+            warnings: Vec::new(),
+        })
     }
 
     #[napi(catch_unwind)]
@@ -94,18 +121,35 @@ impl NativeFactory {
         options: Option<HashMap<String, String>>,
         replace: bool,
     ) -> Result<NativeAllocator> {
-        let kind = MemoryKind::from_name(&name)
-            .ok_or_else(|| invalid(format!("memory info name must be 'Cuda', 'CudaPinned' or 'Cpu', got {name:?}")))?;
+        let kind = MemoryKind::from_name(&name).ok_or_else(|| {
+            invalid(format!(
+                "memory info name must be 'Cuda', 'CudaPinned' or 'Cpu', got {name:?}"
+            ))
+        })?;
         let allocator_type = match allocator_type.as_str() {
             "device" => AllocatorType::Device,
             "readonly" => AllocatorType::ReadOnly,
-            other => return Err(invalid(format!("type must be 'device' or 'readonly', got {other:?}"))),
+            other => {
+                return Err(invalid(format!(
+                    "type must be 'device' or 'readonly', got {other:?}"
+                )))
+            }
         };
-        let info = MemoryInfo { kind, device_id, allocator_type };
+        let info = MemoryInfo {
+            kind,
+            device_id,
+            allocator_type,
+        };
         let config = config_arg(options)?;
-        let created = self.inner.create_shared_allocator(info, config.as_ref(), replace).map_err(js)?;
+        let created = self
+            .inner
+            .create_shared_allocator(info, config.as_ref(), replace)
+            .map_err(js)?;
         self.warnings.extend(created.warnings);
-        Ok(NativeAllocator { inner: Some(created.allocator), factory: self.inner.clone() })
+        Ok(NativeAllocator {
+            inner: Some(created.allocator),
+            factory: self.inner.clone(),
+        })
     }
 
     /// Warnings from the last calls, for the TS layer's logger; clears them.
@@ -131,7 +175,10 @@ impl NativeFactory {
 
     #[napi(catch_unwind)]
     pub fn device_stats(&self, device_id: u32) -> Result<JsDeviceStats> {
-        self.inner.device_stats(device_id).map(Into::into).map_err(js)
+        self.inner
+            .device_stats(device_id)
+            .map(Into::into)
+            .map_err(js)
     }
 
     #[napi(catch_unwind)]

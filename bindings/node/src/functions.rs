@@ -13,27 +13,44 @@ fn pairs(v: HashMap<String, String>) -> Vec<(String, String)> {
 
 /// `ep_factory.<factoryName>.arena.*` → `arena.*`.
 #[napi(catch_unwind)]
-pub fn env_arena_options(options: HashMap<String, String>, factory_name: String) -> HashMap<String, String> {
-    arena_core::env_arena_options(pairs(options), &factory_name).into_iter().collect()
+pub fn env_arena_options(
+    options: HashMap<String, String>,
+    factory_name: String,
+) -> HashMap<String, String> {
+    arena_core::env_arena_options(pairs(options), &factory_name)
+        .into_iter()
+        .collect()
 }
 
 /// `ep.<lowercased ep name>.arena.*` → `arena.*`.
 #[napi(catch_unwind)]
-pub fn session_arena_options(options: HashMap<String, String>, ep_name: String) -> HashMap<String, String> {
-    arena_core::session_arena_options(pairs(options), &ep_name).into_iter().collect()
+pub fn session_arena_options(
+    options: HashMap<String, String>,
+    ep_name: String,
+) -> HashMap<String, String> {
+    arena_core::session_arena_options(pairs(options), &ep_name)
+        .into_iter()
+        .collect()
 }
 
 /// Parses `arena.*` pairs and returns the full config as pairs (throws on invalid).
 #[napi(catch_unwind)]
 pub fn parse_arena_config(options: HashMap<String, String>) -> Result<HashMap<String, String>> {
     let cfg = config_arg(Some(options))?.unwrap_or_default();
-    Ok(cfg.to_pairs().into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+    Ok(cfg
+        .to_pairs()
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect())
 }
 
 /// The stable error codes, in DESIGN order.
 #[napi(catch_unwind)]
 pub fn error_codes() -> Vec<String> {
-    arena_core::ERROR_CODES.iter().map(|c| c.to_string()).collect()
+    arena_core::ERROR_CODES
+        .iter()
+        .map(|c| c.to_string())
+        .collect()
 }
 
 /// Whether this build can reach CUDA (not yet: the CUDA backend arrives with issue 4).

@@ -4,6 +4,8 @@
 #![deny(unsafe_code)]
 // napi classes and objects hold JS-facing values; Debug adds nothing for them.
 #![allow(missing_debug_implementations)]
+// In the test build napi does not register the exported functions, so they look unused.
+#![cfg_attr(test, allow(dead_code))]
 
 mod allocator;
 mod convert;

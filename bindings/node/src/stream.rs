@@ -20,7 +20,10 @@ pub struct NativeEvent {
 
 impl NativeStream {
     pub fn new(device_id: u32) -> Self {
-        NativeStream { inner: Some(Stream::new()), device_id }
+        NativeStream {
+            inner: Some(Stream::new()),
+            device_id,
+        }
     }
 
     pub fn get(&self) -> Result<&Stream> {
@@ -47,7 +50,9 @@ impl NativeStream {
 
     #[napi(catch_unwind)]
     pub fn record(&self) -> Result<NativeEvent> {
-        Ok(NativeEvent { inner: self.get()?.record() })
+        Ok(NativeEvent {
+            inner: self.get()?.record(),
+        })
     }
 
     #[napi(catch_unwind)]
@@ -64,7 +69,10 @@ impl NativeStream {
 
     #[napi(catch_unwind)]
     pub fn release(&mut self) -> Result<()> {
-        self.inner.take().map(|_| ()).ok_or_else(|| released("the stream"))
+        self.inner
+            .take()
+            .map(|_| ())
+            .ok_or_else(|| released("the stream"))
     }
 }
 
