@@ -3,12 +3,19 @@ import type { Native } from './native'
 import type { AllocatorStats, MemoryInfo, MemoryLog, OrtAllocator, Size, Stream } from './types'
 import { invalidArgument } from './errors'
 import { nativeStream } from './stream-impl'
+import { fastAlloc, fastAllocOnStream, fastFree, scratchF64, scratchU64 } from './fast'
 
 /** A size argument → bigint: non-negative safe integers and bigints only. */
 export function toSize(size: unknown, name = 'size'): bigint {
   if (typeof size === 'bigint') return size
   if (typeof size === 'number' && Number.isSafeInteger(size) && size >= 0) return BigInt(size)
   throw invalidArgument(name, size, 'must be a non-negative safe integer or a bigint')
+}
+
+const U64_END = 2n ** 64n
+
+function isSafeSize(size: unknown): size is number {
+  return typeof size === 'number' && Number.isSafeInteger(size) && size >= 0
 }
 
 function toAddr(p: unknown): bigint {
@@ -28,20 +35,42 @@ export class AllocatorImpl implements OrtAllocator {
   shrink?: () => void
   resetChunksUsingStream?: (stream: Stream) => void
 
+  readonly #handle: number
+
   constructor(readonly native: Native.NativeAllocator) {
+    this.#handle = native.handle()
     if (native.isStreamAware()) {
-      this.allocOnStream = (size, stream) => native.allocOnStream(toSize(size), nativeStream(stream))
+      this.allocOnStream = (size, stream) => {
+        const s = nativeStream(stream)
+        if (!isSafeSize(size)) return native.allocOnStream(toSize(size), s)
+        scratchF64[0] = this.#handle
+        scratchF64[1] = size
+        scratchF64[3] = s.handle()
+        fastAllocOnStream()
+        const p = scratchU64[2]
+        return p === 0n ? null : p
+      }
       this.resetChunksUsingStream = (stream) => native.resetChunksUsingStream(nativeStream(stream))
     }
     if (native.canShrink()) this.shrink = () => native.shrink()
   }
 
   alloc(size: Size): bigint | null {
-    return this.native.alloc(toSize(size))
+    // Numbers take the fast path; bigints (and anything malformed) the checked one.
+    if (!isSafeSize(size)) return this.native.allocBig(toSize(size))
+    scratchF64[0] = this.#handle
+    scratchF64[1] = size
+    fastAlloc()
+    const p = scratchU64[2]
+    return p === 0n ? null : p
   }
   free(p: bigint | null): void {
     // free(null) and free(0n) are no-ops, but still throw on a released handle.
-    this.native.free(p === null ? 0n : toAddr(p))
+    const addr = p === null ? 0n : toAddr(p)
+    if (addr < 0n || addr >= U64_END) return this.native.free(addr)
+    scratchF64[0] = this.#handle
+    scratchU64[1] = addr
+    fastFree()
   }
   reserve(size: Size): bigint | null {
     return this.native.reserve(toSize(size))
@@ -64,10 +93,10 @@ export class AllocatorImpl implements OrtAllocator {
     }
   }
   withStream(stream: Stream): OrtAllocator {
-    const s = nativeStream(stream)
+    nativeStream(stream)
     if (!this.allocOnStream) throw invalidArgument('stream', stream, 'cannot be used: this allocator is not stream-aware')
     const view = Object.create(this) as AllocatorImpl
-    view.alloc = (size: Size) => this.native.allocOnStream(toSize(size), s)
+    view.alloc = (size: Size): bigint | null => this.allocOnStream!(size, stream)
     return view
   }
   allocatedSize(p: bigint): bigint {

@@ -10,6 +10,8 @@ export { AllocatorFactory } from './factory-impl'
 export { toArenaPairs } from './config'
 export type { ArenaConfig, ArenaOptions, ExtendStrategy } from './config'
 export * from './errors'
+export { mixedTrace, replayTrace, nativePairNs } from './trace'
+export type { TraceOp, ReplayReport } from './trace'
 export type * from './types'
 
 /**

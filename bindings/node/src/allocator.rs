@@ -1,61 +1,88 @@
 //! An allocator handle: one user of a shared allocator (or a plain read-only one).
 
-use crate::convert::{addr_arg, size_arg, JsMemoryLog, JsStats};
+use crate::bigint::U64Arg;
+use crate::convert::{addr_arg, size_arg, size_num, JsMemoryLog, JsStats};
 use crate::error::{js, released, Result};
 use crate::stream::NativeStream;
 use arena_core::{Allocator, Factory};
-use napi::bindgen_prelude::{BigInt, Buffer, Uint8Array};
+use napi::bindgen_prelude::{Buffer, Uint8Array};
 use napi_derive::napi;
 use std::sync::Arc;
 
 /// A handle on an allocator; `release` hands it back to its factory.
 #[napi]
 pub struct NativeAllocator {
-    pub(crate) inner: Option<Arc<dyn Allocator>>,
-    pub(crate) factory: Arc<Factory>,
+    inner: Option<Arc<dyn Allocator>>,
+    factory: Arc<Factory>,
+    /// This thread's fast-path handle for `inner`.
+    handle: u32,
 }
 
-fn opt_addr(a: Option<u64>) -> Option<BigInt> {
-    a.map(BigInt::from)
+impl Drop for NativeAllocator {
+    fn drop(&mut self) {
+        crate::fast::unregister_allocator(self.handle);
+    }
 }
 
 impl NativeAllocator {
+    /// A handle on `allocator`, registered for this thread's fast path.
+    pub(crate) fn new(allocator: Arc<dyn Allocator>, factory: Arc<Factory>) -> Self {
+        let handle = crate::fast::register_allocator(allocator.clone());
+        NativeAllocator {
+            inner: Some(allocator),
+            factory,
+            handle,
+        }
+    }
+
     fn get(&self) -> Result<&Arc<dyn Allocator>> {
         self.inner.as_ref().ok_or_else(|| released("the allocator"))
     }
 
+    /// The allocator, for native loops in this crate.
+    pub(crate) fn shared(&self) -> Result<&Arc<dyn Allocator>> {
+        self.get()
+    }
+
     /// Takes the allocator out of this handle (release); the handle is unusable after.
     pub(crate) fn take(&mut self) -> Result<Arc<dyn Allocator>> {
-        self.inner.take().ok_or_else(|| released("the allocator"))
+        let a = self.inner.take().ok_or_else(|| released("the allocator"))?;
+        crate::fast::unregister_allocator(self.handle);
+        Ok(a)
     }
 }
 
 #[napi]
 impl NativeAllocator {
+    /// `alloc` for a size given as a JS number (the common, allocation-free path).
     #[napi(catch_unwind)]
-    pub fn alloc(&self, size: BigInt) -> Result<Option<BigInt>> {
-        let size = size_arg("size", &size)?;
-        self.get()?.alloc(size).map(opt_addr).map_err(js)
+    pub fn alloc(&self, size: f64) -> Result<Option<u64>> {
+        let size = size_num("size", size)?;
+        self.get()?.alloc(size).map_err(js)
     }
 
-    #[napi(catch_unwind)]
-    pub fn alloc_on_stream(&self, size: BigInt, stream: &NativeStream) -> Result<Option<BigInt>> {
-        let size = size_arg("size", &size)?;
-        self.get()?
-            .alloc_on_stream(size, stream.get()?)
-            .map(opt_addr)
-            .map_err(js)
+    /// `alloc` for a size given as a bigint.
+    #[napi(catch_unwind, ts_args_type = "size: bigint")]
+    pub fn alloc_big(&self, size: U64Arg) -> Result<Option<u64>> {
+        let size = size_arg("size", size)?;
+        self.get()?.alloc(size).map_err(js)
     }
 
-    #[napi(catch_unwind)]
-    pub fn reserve(&self, size: BigInt) -> Result<Option<BigInt>> {
-        let size = size_arg("size", &size)?;
-        self.get()?.reserve(size).map(opt_addr).map_err(js)
+    #[napi(catch_unwind, ts_args_type = "size: bigint, stream: NativeStream")]
+    pub fn alloc_on_stream(&self, size: U64Arg, stream: &NativeStream) -> Result<Option<u64>> {
+        let size = size_arg("size", size)?;
+        self.get()?.alloc_on_stream(size, stream.get()?).map_err(js)
     }
 
-    #[napi(catch_unwind)]
-    pub fn free(&self, addr: BigInt) -> Result<()> {
-        let addr = addr_arg(&addr)?;
+    #[napi(catch_unwind, ts_args_type = "size: bigint")]
+    pub fn reserve(&self, size: U64Arg) -> Result<Option<u64>> {
+        let size = size_arg("size", size)?;
+        self.get()?.reserve(size).map_err(js)
+    }
+
+    #[napi(catch_unwind, ts_args_type = "addr: bigint")]
+    pub fn free(&self, addr: U64Arg) -> Result<()> {
+        let addr = addr_arg(addr)?;
         self.get()?.free(addr).map_err(js)
     }
 
@@ -118,37 +145,31 @@ impl NativeAllocator {
         Ok(self.get()?.memory_log().into())
     }
 
-    #[napi(catch_unwind)]
-    pub fn allocated_size(&self, addr: BigInt) -> Result<BigInt> {
-        let addr = addr_arg(&addr)?;
-        self.get()?
-            .allocated_size(addr)
-            .map(BigInt::from)
-            .map_err(js)
+    #[napi(catch_unwind, ts_args_type = "addr: bigint")]
+    pub fn allocated_size(&self, addr: U64Arg) -> Result<u64> {
+        let addr = addr_arg(addr)?;
+        self.get()?.allocated_size(addr).map_err(js)
     }
 
-    #[napi(catch_unwind)]
-    pub fn requested_size(&self, addr: BigInt) -> Result<BigInt> {
-        let addr = addr_arg(&addr)?;
-        self.get()?
-            .requested_size(addr)
-            .map(BigInt::from)
-            .map_err(js)
+    #[napi(catch_unwind, ts_args_type = "addr: bigint")]
+    pub fn requested_size(&self, addr: U64Arg) -> Result<u64> {
+        let addr = addr_arg(addr)?;
+        self.get()?.requested_size(addr).map_err(js)
     }
 
-    #[napi(catch_unwind)]
-    pub fn write(&self, addr: BigInt, data: Uint8Array) -> Result<()> {
-        let addr = addr_arg(&addr)?;
+    #[napi(catch_unwind, ts_args_type = "addr: bigint, data: Uint8Array")]
+    pub fn write(&self, addr: U64Arg, data: Uint8Array) -> Result<()> {
+        let addr = addr_arg(addr)?;
         self.get()?.write(addr, &data).map_err(js)
     }
 
     /// Reads `len` bytes at `addr` into a new buffer (the TS layer copies it out). The
     /// buffer is zero-allocated (lazily mapped), and the read checks the range first.
-    #[napi(catch_unwind)]
-    pub fn read(&self, addr: BigInt, len: BigInt) -> Result<Buffer> {
+    #[napi(catch_unwind, ts_args_type = "addr: bigint, len: bigint")]
+    pub fn read(&self, addr: U64Arg, len: U64Arg) -> Result<Buffer> {
         const MAX_READ: u64 = 1 << 32;
-        let addr = addr_arg(&addr)?;
-        let len = size_arg("length", &len)?;
+        let addr = addr_arg(addr)?;
+        let len = size_arg("length", len)?;
         if len > MAX_READ {
             return Err(crate::error::invalid(format!(
                 "length {len} is larger than a Node buffer can be"
@@ -159,11 +180,17 @@ impl NativeAllocator {
         Ok(out.into())
     }
 
-    #[napi(catch_unwind)]
-    pub fn fill(&self, addr: BigInt, byte: u8, len: BigInt) -> Result<()> {
-        let addr = addr_arg(&addr)?;
-        let len = size_arg("length", &len)?;
+    #[napi(catch_unwind, ts_args_type = "addr: bigint, byte: number, len: bigint")]
+    pub fn fill(&self, addr: U64Arg, byte: u8, len: U64Arg) -> Result<()> {
+        let addr = addr_arg(addr)?;
+        let len = size_arg("length", len)?;
         self.get()?.fill(addr, byte, len).map_err(js)
+    }
+
+    /// This thread's fast-path handle number.
+    #[napi(catch_unwind)]
+    pub fn handle(&self) -> u32 {
+        self.handle
     }
 
     /// Whether this handle was released.

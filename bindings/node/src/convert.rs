@@ -1,37 +1,47 @@
 //! Conversions between JS values and the core's types.
 
+use crate::bigint::U64Arg;
 use crate::error::{invalid, js, Result};
 use arena_core::{AllocatorStats, ArenaConfig, ArenaError, MemoryLog, RawStats};
 use napi::bindgen_prelude::BigInt;
 use napi_derive::napi;
 use std::collections::HashMap;
 
-/// A non-negative size that fits in 64 bits. Negative is an invalid argument; 2^64 or more
-/// can never be served (DESIGN decision 4: out of memory).
-pub fn size_arg(name: &str, v: &BigInt) -> Result<u64> {
-    let (negative, value, lossless) = v.get_u64();
-    if negative && !(value == 0 && v.words.iter().all(|&w| w == 0)) {
-        return Err(invalid(format!("{name} must not be negative")));
+/// A size from a JS number: the TS layer passes only non-negative safe integers.
+pub fn size_num(name: &str, v: f64) -> Result<u64> {
+    if v >= 0.0 && v.fract() == 0.0 && v <= 9_007_199_254_740_991.0 {
+        Ok(v as u64)
+    } else {
+        Err(invalid(format!(
+            "{name} must be a non-negative safe integer, got {v}"
+        )))
     }
-    if !lossless && v.words.iter().skip(1).any(|&w| w != 0) {
-        return Err(js(ArenaError::OutOfMemory {
-            requested: u64::MAX,
-            reason: format!("{name} does not fit in 64 bits"),
-        }));
-    }
-    Ok(value)
 }
 
-/// An address argument: a bigint that fits in 64 bits and is not negative.
-pub fn addr_arg(v: &BigInt) -> Result<u64> {
-    let (negative, value, lossless) = v.get_u64();
-    if (negative && value != 0) || (!lossless && v.words.iter().skip(1).any(|&w| w != 0)) {
-        return Err(js(ArenaError::UnknownPointer {
-            addr: value,
-            reason: "not a 64-bit address this allocator handed out".into(),
-        }));
+/// A size from a JS bigint. Negative is an invalid argument; 2^64 or more can never be
+/// served (DESIGN decision 4: out of memory).
+pub fn size_arg(name: &str, v: U64Arg) -> Result<u64> {
+    match v {
+        U64Arg::Value(n) => Ok(n),
+        U64Arg::Negative => Err(invalid(format!("{name} must not be negative"))),
+        U64Arg::TooLarge => Err(js(ArenaError::OutOfMemory {
+            requested: u64::MAX,
+            reason: format!("{name} does not fit in 64 bits"),
+        })),
     }
-    Ok(value)
+}
+
+/// An address argument: a bigint in 0 … 2^64−1; anything else is no address of ours.
+pub fn addr_arg(v: U64Arg) -> Result<u64> {
+    match v {
+        U64Arg::Value(n) => Ok(n),
+        _ => Err(js(ArenaError::UnknownPointer {
+            addr: 0,
+            reason:
+                "a negative or wider than 64-bit value is not an address this allocator handed out"
+                    .into(),
+        })),
+    }
 }
 
 /// `arena.*` pairs (already flattened by the TS layer) → config.

@@ -146,10 +146,7 @@ impl NativeFactory {
             .create_shared_allocator(info, config.as_ref(), replace)
             .map_err(js)?;
         self.warnings.extend(created.warnings);
-        Ok(NativeAllocator {
-            inner: Some(created.allocator),
-            factory: self.inner.clone(),
-        })
+        Ok(NativeAllocator::new(created.allocator, self.inner.clone()))
     }
 
     /// Warnings from the last calls, for the TS layer's logger; clears them.

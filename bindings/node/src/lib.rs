@@ -8,8 +8,11 @@
 #![cfg_attr(test, allow(dead_code))]
 
 mod allocator;
+mod bigint;
 mod convert;
 mod error;
 mod factory;
+mod fast;
 mod functions;
+mod replay;
 mod stream;

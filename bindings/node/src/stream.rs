@@ -10,6 +10,14 @@ use napi_derive::napi;
 pub struct NativeStream {
     inner: Option<Stream>,
     device_id: u32,
+    /// This thread's fast-path handle.
+    handle: u32,
+}
+
+impl Drop for NativeStream {
+    fn drop(&mut self) {
+        crate::fast::unregister_stream(self.handle);
+    }
 }
 
 /// A point recorded on a stream.
@@ -20,9 +28,12 @@ pub struct NativeEvent {
 
 impl NativeStream {
     pub fn new(device_id: u32) -> Self {
+        let stream = Stream::new();
+        let handle = crate::fast::register_stream(stream.clone());
         NativeStream {
-            inner: Some(Stream::new()),
+            inner: Some(stream),
             device_id,
+            handle,
         }
     }
 
@@ -69,10 +80,15 @@ impl NativeStream {
 
     #[napi(catch_unwind)]
     pub fn release(&mut self) -> Result<()> {
-        self.inner
-            .take()
-            .map(|_| ())
-            .ok_or_else(|| released("the stream"))
+        self.inner.take().ok_or_else(|| released("the stream"))?;
+        crate::fast::unregister_stream(self.handle);
+        Ok(())
+    }
+
+    /// This thread's fast-path handle number.
+    #[napi(catch_unwind)]
+    pub fn handle(&self) -> u32 {
+        self.handle
     }
 }
 

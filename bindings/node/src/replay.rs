@@ -1,0 +1,132 @@
+//! Trace generation and replay in Rust, for benchmarks and the `cuda-arena` command: the
+//! loop runs natively, so the binding's per-call cost is not in its figures.
+
+use crate::allocator::NativeAllocator;
+use crate::error::{invalid, js, Result};
+use arena_core::trace::{mixed_trace, replay, TraceOp};
+use arena_core::Stream;
+use napi_derive::napi;
+
+/// One trace operation: `op` is `alloc` or `free`.
+#[napi(object)]
+pub struct JsTraceOp {
+    pub op: String,
+    pub id: u32,
+    /// Bytes (alloc only); sizes up to 2^53 are exact.
+    pub size: Option<f64>,
+    /// Trace stream number, 0 for none (alloc only).
+    pub stream: Option<u32>,
+}
+
+/// What a replay measured.
+#[napi(object)]
+pub struct JsReplayReport {
+    pub ops: f64,
+    pub peak_requested: f64,
+    pub peak_held: f64,
+    pub failed_allocs: f64,
+    pub elapsed_ns: f64,
+}
+
+/// The benchmark trace shape: sizes log-uniform in `[minSize, maxSize]`, random lifetimes,
+/// at most `maxLive` live, everything freed at the end.
+#[napi(catch_unwind)]
+pub fn mixed_trace_ops(
+    ops: u32,
+    min_size: f64,
+    max_size: f64,
+    max_live: u32,
+    seed: f64,
+) -> Result<Vec<JsTraceOp>> {
+    if !(min_size >= 1.0 && max_size >= min_size && max_size <= 9.0e15) {
+        return Err(invalid(
+            "sizes must satisfy 1 <= minSize <= maxSize <= 2^53",
+        ));
+    }
+    let trace = mixed_trace(
+        ops as usize,
+        min_size as u64,
+        max_size as u64,
+        max_live as usize,
+        seed as u64,
+    );
+    Ok(trace
+        .into_iter()
+        .map(|op| match op {
+            TraceOp::Alloc { id, size, stream } => JsTraceOp {
+                op: "alloc".into(),
+                id: id as u32,
+                size: Some(size as f64),
+                stream: Some(stream),
+            },
+            TraceOp::Free { id } => JsTraceOp {
+                op: "free".into(),
+                id: id as u32,
+                size: None,
+                stream: None,
+            },
+        })
+        .collect())
+}
+
+fn to_ops(trace: &[JsTraceOp]) -> Result<Vec<TraceOp>> {
+    trace
+        .iter()
+        .enumerate()
+        .map(|(i, t)| match t.op.as_str() {
+            "alloc" => {
+                let size = t
+                    .size
+                    .ok_or_else(|| invalid(format!("trace op {i}: alloc without a size")))?;
+                if !(size >= 0.0 && size.fract() == 0.0 && size <= 9.007_199_254_740_992e15) {
+                    return Err(invalid(format!(
+                        "trace op {i}: size {size} is not a whole number of bytes"
+                    )));
+                }
+                Ok(TraceOp::Alloc {
+                    id: u64::from(t.id),
+                    size: size as u64,
+                    stream: t.stream.unwrap_or(0),
+                })
+            }
+            "free" => Ok(TraceOp::Free {
+                id: u64::from(t.id),
+            }),
+            other => Err(invalid(format!("trace op {i}: unknown op {other:?}"))),
+        })
+        .collect()
+}
+
+/// Replays `trace` through the allocator natively; `streams` trace streams are created.
+#[napi(catch_unwind)]
+pub fn replay_trace(
+    allocator: &NativeAllocator,
+    trace: Vec<JsTraceOp>,
+    streams: u32,
+    track_peaks: bool,
+) -> Result<JsReplayReport> {
+    let ops = to_ops(&trace)?;
+    let streams: Vec<Stream> = (0..streams).map(|_| Stream::new()).collect();
+    let r = replay(&**allocator.shared()?, &ops, &streams, track_peaks).map_err(js)?;
+    Ok(JsReplayReport {
+        ops: r.ops as f64,
+        peak_requested: r.peak_requested as f64,
+        peak_held: r.peak_held as f64,
+        failed_allocs: r.failed_allocs as f64,
+        elapsed_ns: r.elapsed_ns as f64,
+    })
+}
+
+/// `iterations` alloc+free pairs of `size` bytes in a native loop; nanoseconds per pair.
+/// The Rust-only baseline of the JS benchmark.
+#[napi(catch_unwind)]
+pub fn native_pair_ns(allocator: &NativeAllocator, size: f64, iterations: u32) -> Result<f64> {
+    let a = allocator.shared()?;
+    let start = std::time::Instant::now();
+    for _ in 0..iterations {
+        if let Some(p) = a.alloc(size as u64).map_err(js)? {
+            a.free(p).map_err(js)?;
+        }
+    }
+    Ok(start.elapsed().as_nanos() as f64 / f64::from(iterations.max(1)))
+}
