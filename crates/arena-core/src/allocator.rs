@@ -96,6 +96,36 @@ pub(crate) fn range_inside(addr: u64, len: u64, base: u64, size: u64) -> bool {
     addr >= base && addr.checked_add(len).is_some_and(|end| end <= base + size)
 }
 
+/// Checks that `[addr, addr+len)` lies inside one of `blocks` (`(base, size)` pairs).
+pub(crate) fn check_in_blocks(
+    mut blocks: impl Iterator<Item = (u64, u64)>,
+    addr: u64,
+    len: u64,
+) -> Result<()> {
+    if blocks.any(|(base, size)| range_inside(addr, len, base, size)) {
+        Ok(())
+    } else {
+        Err(out_of_range(addr, len))
+    }
+}
+
+/// The memory log of an allocator without regions: every live block listed as a reserve.
+pub(crate) fn blocks_log(
+    blocks: impl Iterator<Item = (u64, u64)>,
+    stats: AllocatorStats,
+) -> MemoryLog {
+    let mut reserves: Vec<ReserveLog> = blocks
+        .map(|(addr, size)| ReserveLog { addr, size })
+        .collect();
+    reserves.sort_by_key(|r| r.addr);
+    MemoryLog {
+        regions: Vec::new(),
+        reserves,
+        bins: Vec::new(),
+        stats,
+    }
+}
+
 /// An allocator that passes every request straight to a raw allocator: no caching, no
 /// rounding. What ORT uses for read-only (initializer) memory.
 #[derive(Debug)]
@@ -168,15 +198,8 @@ impl<R: RawAllocator> PlainAllocator<R> {
     /// allocation, so no free can race the copy.
     fn in_range<T>(&self, addr: u64, len: u64, op: impl FnOnce(&R) -> Result<T>) -> Result<T> {
         let st = self.state.lock();
-        if st
-            .live
-            .iter()
-            .any(|(&base, &(size, _))| range_inside(addr, len, base, size))
-        {
-            op(&self.raw)
-        } else {
-            Err(out_of_range(addr, len))
-        }
+        check_in_blocks(st.live.iter().map(|(&a, &(s, _))| (a, s)), addr, len)?;
+        op(&self.raw)
     }
 }
 
@@ -229,18 +252,7 @@ impl<R: RawAllocator> Allocator for PlainAllocator<R> {
 
     fn memory_log(&self) -> MemoryLog {
         let st = self.state.lock();
-        let mut reserves: Vec<ReserveLog> = st
-            .live
-            .iter()
-            .map(|(&addr, &(size, _))| ReserveLog { addr, size })
-            .collect();
-        reserves.sort_by_key(|r| r.addr);
-        MemoryLog {
-            regions: Vec::new(),
-            reserves,
-            bins: Vec::new(),
-            stats: st.stats,
-        }
+        blocks_log(st.live.iter().map(|(&a, &(s, _))| (a, s)), st.stats)
     }
 
     fn allocated_size(&self, addr: u64) -> Result<u64> {

@@ -6,11 +6,11 @@
 //! the raw allocator; `shrink` trims the cache to `bytes_to_keep_on_shrink`.
 
 use crate::addr_map::AddrMap;
-use crate::allocator::{out_of_range, range_inside, Allocator};
+use crate::allocator::{blocks_log, check_in_blocks, Allocator};
 use crate::config::ArenaConfig;
 use crate::error::{ArenaError, Result};
 use crate::memory_info::MemoryInfo;
-use crate::memory_log::{MemoryLog, ReserveLog};
+use crate::memory_log::MemoryLog;
 use crate::raw::RawAllocator;
 use crate::stats::AllocatorStats;
 use crate::stream::{Stream, StreamId};
@@ -82,6 +82,13 @@ impl<R: RawAllocator> PoolAllocator<R> {
         st.live.insert(addr, (size, stream));
         st.stats.add_in_use(size, size);
         Ok(Some(addr))
+    }
+
+    /// Runs `op` under the lock once `[addr, addr+len)` is known to lie in one live block.
+    fn in_range<T>(&self, addr: u64, len: u64, op: impl FnOnce(&R) -> Result<T>) -> Result<T> {
+        let st = self.state.lock();
+        check_in_blocks(st.live.iter().map(|(&a, &(s, _))| (a, s)), addr, len)?;
+        op(&self.raw)
     }
 
     /// Returns cached blocks to the raw allocator, oldest first, until at most `keep` bytes
@@ -170,18 +177,7 @@ impl<R: RawAllocator> Allocator for PoolAllocator<R> {
 
     fn memory_log(&self) -> MemoryLog {
         let st = self.state.lock();
-        let mut reserves: Vec<ReserveLog> = st
-            .live
-            .iter()
-            .map(|(&addr, &(size, _))| ReserveLog { addr, size })
-            .collect();
-        reserves.sort_by_key(|r| r.addr);
-        MemoryLog {
-            regions: Vec::new(),
-            reserves,
-            bins: Vec::new(),
-            stats: st.stats,
-        }
+        blocks_log(st.live.iter().map(|(&a, &(s, _))| (a, s)), st.stats)
     }
 
     fn allocated_size(&self, addr: u64) -> Result<u64> {
@@ -200,39 +196,15 @@ impl<R: RawAllocator> Allocator for PoolAllocator<R> {
     }
 
     fn write(&self, addr: u64, data: &[u8]) -> Result<()> {
-        let st = self.state.lock();
-        if !st
-            .live
-            .iter()
-            .any(|(&b, &(s, _))| range_inside(addr, data.len() as u64, b, s))
-        {
-            return Err(out_of_range(addr, data.len() as u64));
-        }
-        self.raw.write(addr, data)
+        self.in_range(addr, data.len() as u64, |raw| raw.write(addr, data))
     }
 
     fn read(&self, addr: u64, out: &mut [u8]) -> Result<()> {
-        let st = self.state.lock();
         let len = out.len() as u64;
-        if !st
-            .live
-            .iter()
-            .any(|(&b, &(s, _))| range_inside(addr, len, b, s))
-        {
-            return Err(out_of_range(addr, len));
-        }
-        self.raw.read(addr, out)
+        self.in_range(addr, len, |raw| raw.read(addr, out))
     }
 
     fn fill(&self, addr: u64, byte: u8, len: u64) -> Result<()> {
-        let st = self.state.lock();
-        if !st
-            .live
-            .iter()
-            .any(|(&b, &(s, _))| range_inside(addr, len, b, s))
-        {
-            return Err(out_of_range(addr, len));
-        }
-        self.raw.fill(addr, byte, len)
+        self.in_range(addr, len, |raw| raw.fill(addr, byte, len))
     }
 }
