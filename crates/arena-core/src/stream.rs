@@ -27,6 +27,8 @@ pub struct Stream {
 #[derive(Debug)]
 struct StreamInner {
     id: StreamId,
+    /// The backend's handle for this stream (a `CUstream` on `cuda`), 0 for a logical one.
+    native: u64,
     clock: Mutex<Clock>,
 }
 
@@ -91,13 +93,19 @@ impl Default for Stream {
 impl Stream {
     /// A new stream with sync id 0 that has waited on nothing.
     pub fn new() -> Self {
+        Self::with_native(0)
+    }
+
+    /// A new stream that stands for the backend's stream `native` (a `CUstream` handle on
+    /// `cuda`), which allocators of that backend use for stream-ordered calls.
+    pub fn with_native(native: u64) -> Self {
         let id = NEXT_STREAM_ID.fetch_add(1, Ordering::Relaxed);
-        Stream {
-            inner: Arc::new(StreamInner {
-                id,
-                clock: Mutex::new(Clock::default()),
-            }),
-        }
+        Stream { inner: Arc::new(StreamInner { id, native, clock: Mutex::new(Clock::default()) }) }
+    }
+
+    /// The backend's handle; 0 for a logical stream.
+    pub fn native(&self) -> u64 {
+        self.inner.native
     }
 
     /// This stream's identity, never 0.
