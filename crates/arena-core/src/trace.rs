@@ -99,6 +99,92 @@ pub fn mixed_trace(
     out
 }
 
+/// Transformer inference: per request, weights-sized buffers stay, while each of `layers`
+/// layers allocates activations (a few MiB), attention scratch and small temporaries that die
+/// within the layer; requests come one after another. Sizes vary a little between requests.
+pub fn inference_trace(ops: usize, seed: u64) -> Vec<TraceOp> {
+    let mut rng = TraceRng::new(seed);
+    let mut out = Vec::with_capacity(ops);
+    let mut next_id = 1u64;
+    let mut alloc = |out: &mut Vec<TraceOp>, size: u64| {
+        let id = next_id;
+        next_id += 1;
+        out.push(TraceOp::Alloc { id, size, stream: 0 });
+        id
+    };
+    // Weights: live for the whole trace.
+    let weights: Vec<u64> = (0..24).map(|_| alloc(&mut out, 16 << 20)).collect();
+    'requests: loop {
+        let tokens = 64 + rng.below(448);
+        let mut carried = alloc(&mut out, tokens * 4096 * 2);
+        for _ in 0..24 {
+            let scratch = alloc(&mut out, tokens * tokens * 2 * 16);
+            let qkv = alloc(&mut out, tokens * 4096 * 6);
+            let small: Vec<u64> = (0..4).map(|_| alloc(&mut out, 256 + rng.below(8192))).collect();
+            let next = alloc(&mut out, tokens * 4096 * 2);
+            for id in small.into_iter().chain([scratch, qkv, carried]) {
+                out.push(TraceOp::Free { id });
+            }
+            carried = next;
+            if out.len() + weights.len() + 16 >= ops {
+                out.push(TraceOp::Free { id: carried });
+                break 'requests;
+            }
+        }
+        out.push(TraceOp::Free { id: carried });
+    }
+    for id in weights {
+        out.push(TraceOp::Free { id });
+    }
+    out
+}
+
+/// Small sizes, 8 B to 64 KiB log-uniform, random lifetimes, at most 4,000 live.
+pub fn small_trace(ops: usize, seed: u64) -> Vec<TraceOp> {
+    mixed_trace(ops, 8, 64 << 10, 4000, seed)
+}
+
+/// Growing buffers (a KV cache): a few sequences each hold one buffer that is reallocated
+/// larger by one block at a time (allocate the new size, free the old), and a finished
+/// sequence frees its buffer and a new one starts small.
+pub fn growing_trace(ops: usize, seed: u64) -> Vec<TraceOp> {
+    let mut rng = TraceRng::new(seed);
+    let mut out = Vec::with_capacity(ops);
+    const SEQS: usize = 16;
+    const BLOCK: u64 = 256 << 10;
+    let mut next_id = 1u64;
+    let mut seqs: Vec<(u64, u64)> = Vec::new();
+    for _ in 0..SEQS {
+        out.push(TraceOp::Alloc { id: next_id, size: BLOCK, stream: 0 });
+        seqs.push((next_id, BLOCK));
+        next_id += 1;
+    }
+    while out.len() + 2 + SEQS < ops {
+        let i = rng.below(SEQS as u64) as usize;
+        let (id, size) = seqs[i];
+        let new_size = if size >= (64 << 20) || rng.below(64) == 0 { BLOCK } else { size + BLOCK };
+        out.push(TraceOp::Alloc { id: next_id, size: new_size, stream: 0 });
+        out.push(TraceOp::Free { id });
+        seqs[i] = (next_id, new_size);
+        next_id += 1;
+    }
+    for (id, _) in seqs {
+        out.push(TraceOp::Free { id });
+    }
+    out
+}
+
+/// The named trace shapes of the benchmarks and `cuda-arena gen-trace`.
+pub fn named_trace(kind: &str, ops: usize, seed: u64) -> Option<Vec<TraceOp>> {
+    Some(match kind {
+        "inference" => inference_trace(ops, seed),
+        "mixed" => mixed_trace(ops, 256, 64 << 20, 2000, seed),
+        "small" => small_trace(ops, seed),
+        "growing" => growing_trace(ops, seed),
+        _ => return None,
+    })
+}
+
 /// What a replay measured.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct ReplayReport {
@@ -218,6 +304,35 @@ mod tests {
         }
         assert_eq!(live, 0);
         assert!(peak <= 100 && peak > 10);
+    }
+
+    fn balanced(t: &[TraceOp]) -> bool {
+        let mut live = std::collections::HashSet::new();
+        for op in t {
+            match op {
+                TraceOp::Alloc { id, .. } => {
+                    if !live.insert(*id) {
+                        return false;
+                    }
+                }
+                TraceOp::Free { id } => {
+                    if !live.remove(id) {
+                        return false;
+                    }
+                }
+            }
+        }
+        live.is_empty()
+    }
+
+    #[test]
+    fn every_named_trace_frees_what_it_allocates_and_has_about_the_asked_length() {
+        for kind in ["inference", "mixed", "small", "growing"] {
+            let t = named_trace(kind, 50_000, 1).expect("known kind");
+            assert!(balanced(&t), "{kind}");
+            assert!(t.len() >= 45_000 && t.len() <= 50_100, "{kind}: {}", t.len());
+        }
+        assert!(named_trace("other", 10, 1).is_none());
     }
 
     #[test]

@@ -1,6 +1,21 @@
-//! CUDA driver-API backends for arena-core (device and pinned raw allocators, memory pool, streams), through cudarc.
-//!
-//! The CUDA backends land with issue 4; until then this crate only re-exports the traits it will implement.
+//! CUDA backends for `arena-core`; see the README. Every driver call lives in `driver`, the
+//! only module with `unsafe`; the rest builds safe types on it.
 #![deny(unsafe_code)]
+#![warn(missing_docs)]
 
-pub use arena_core::{Allocator, ArenaError, RawAllocator};
+mod availability;
+mod backend;
+mod baseline;
+mod device;
+mod driver;
+mod pool;
+mod raw;
+mod stream;
+
+pub use availability::{cuda_available, ensure_cuda};
+pub use backend::CudaBackend;
+pub use baseline::DefaultPoolAllocator;
+pub use device::{devices, DeviceInfo};
+pub use pool::CudaPoolAllocator;
+pub use raw::CudaRawAllocator;
+pub use stream::{CudaEvent, CudaStream};

@@ -1,0 +1,98 @@
+//! `CudaBackend`: arena-core's `Backend` over the GPUs of this machine.
+
+use crate::availability::ensure_cuda;
+use crate::device::{device_count, DeviceContext, DeviceInfo};
+use crate::pool::CudaPoolAllocator;
+use crate::raw::{device_stats, CudaRawAllocator, Ledger};
+use crate::stream::CudaStream;
+use arena_core::backend::SharedRaw;
+use arena_core::{Allocator, ArenaConfig, ArenaError, Backend, HostAllocator, MemoryKind, RawStats, Result};
+use parking_lot::Mutex;
+use std::sync::Arc;
+
+#[derive(Debug)]
+struct Gpu {
+    ctx: Arc<DeviceContext>,
+    ledger: Arc<Mutex<Ledger>>,
+    info: DeviceInfo,
+}
+
+/// Every GPU of the machine, each with its primary context retained.
+#[derive(Debug)]
+pub struct CudaBackend {
+    gpus: Vec<Gpu>,
+    cpu: SharedRaw,
+}
+
+impl CudaBackend {
+    /// Opens every device; `ERR_NO_CUDA` without a usable driver.
+    pub fn new() -> Result<Self> {
+        ensure_cuda()?;
+        let gpus = (0..device_count())
+            .map(|i| {
+                let ctx = DeviceContext::open(i)?;
+                let info = ctx.info()?;
+                Ok(Gpu { ctx, ledger: Arc::new(Mutex::new(Ledger::default())), info })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(CudaBackend { gpus, cpu: Arc::new(HostAllocator::default()) })
+    }
+
+    fn gpu(&self, device: u32) -> Result<&Gpu> {
+        self.gpus.get(device as usize).ok_or_else(|| self.no_device(device))
+    }
+
+    /// What the driver says of device `device`.
+    pub fn device_info(&self, device: u32) -> Result<DeviceInfo> {
+        self.gpu(device)?.ctx.info()
+    }
+
+    /// A new stream on device `device`.
+    pub fn create_stream(&self, device: u32) -> Result<CudaStream> {
+        CudaStream::new(self.gpu(device)?.ctx.clone())
+    }
+
+    /// `cuMemAllocAsync` on `device`'s default pool, for baselines.
+    pub fn default_pool(&self, device: u32) -> Result<crate::DefaultPoolAllocator> {
+        crate::DefaultPoolAllocator::new(self.gpu(device)?.ctx.clone())
+    }
+
+    /// The raw device-memory allocator of `device`, for baselines.
+    pub fn device_memory(&self, device: u32) -> Result<CudaRawAllocator> {
+        let g = self.gpu(device)?;
+        Ok(CudaRawAllocator::new(g.ctx.clone(), MemoryKind::Cuda, g.ledger.clone()))
+    }
+}
+
+impl Backend for CudaBackend {
+    fn name(&self) -> &'static str {
+        "cuda"
+    }
+
+    fn device_count(&self) -> u32 {
+        self.gpus.len() as u32
+    }
+
+    fn raw(&self, kind: MemoryKind, device: u32) -> Result<SharedRaw> {
+        if kind == MemoryKind::Cpu {
+            return Ok(self.cpu.clone());
+        }
+        let g = self.gpu(device)?;
+        Ok(Arc::new(CudaRawAllocator::new(g.ctx.clone(), kind, g.ledger.clone())))
+    }
+
+    fn mempool(&self, device: u32, config: &ArenaConfig) -> Result<Arc<dyn Allocator>> {
+        let g = self.gpu(device)?;
+        if !g.info.memory_pools_supported {
+            return Err(ArenaError::InvalidArgument {
+                reason: format!("memory pools are not supported on device {device} ({})", g.info.name),
+            });
+        }
+        Ok(Arc::new(CudaPoolAllocator::new(g.ctx.clone(), config)?))
+    }
+
+    fn device_stats(&self, device: u32) -> Result<RawStats> {
+        let g = self.gpu(device)?;
+        device_stats(&g.ctx, &g.ledger)
+    }
+}

@@ -1,0 +1,193 @@
+//! The memory-pool allocator (`arena.use_cuda_mempool=1`): a private pool per device,
+//! stream-ordered allocation and free, trim on shrink; stats as ONNX Runtime's plugin
+//! reports them (`TotalAllocated` is the pool's reserved memory).
+
+use crate::device::DeviceContext;
+use crate::driver;
+use arena_core::{Allocator, AllocatorStats, ArenaConfig, ArenaError, MemoryInfo, MemoryKind, MemoryLog, ReserveLog, Result, Stream};
+use parking_lot::Mutex;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+/// A stream-ordered allocator over a private `CUmemoryPool`.
+#[derive(Debug)]
+pub struct CudaPoolAllocator {
+    ctx: Arc<DeviceContext>,
+    pool: usize,
+    bytes_to_keep_on_shrink: u64,
+    state: Mutex<PoolState>,
+}
+
+#[derive(Debug, Default)]
+struct PoolState {
+    /// Live allocations: address → (size, stream it was allocated on).
+    live: HashMap<u64, (u64, u64)>,
+    /// Streams used, synchronized at teardown.
+    streams: HashSet<u64>,
+    stats: AllocatorStats,
+}
+
+impl CudaPoolAllocator {
+    /// A new pool on `ctx`'s device. Without `arena.cuda_mempool_release_threshold` the
+    /// threshold is unlimited (DESIGN decision 9); an explicit value, 0 included, is applied.
+    pub(crate) fn new(ctx: Arc<DeviceContext>, config: &ArenaConfig) -> Result<Self> {
+        ctx.make_current()?;
+        let pool = driver::pool_create(ctx.ordinal)?;
+        let threshold = config.cuda_mempool_release_threshold.unwrap_or(u64::MAX);
+        if let Err(e) = driver::pool_set_release_threshold(pool, threshold) {
+            let _ = driver::pool_destroy(pool);
+            return Err(e);
+        }
+        Ok(CudaPoolAllocator {
+            ctx,
+            pool: pool as usize,
+            bytes_to_keep_on_shrink: config.cuda_mempool_bytes_to_keep_on_shrink,
+            state: Mutex::new(PoolState::default()),
+        })
+    }
+
+    fn raw_pool(&self) -> driver::CUmemoryPool {
+        self.pool as driver::CUmemoryPool
+    }
+
+    fn allocate(&self, size: u64, stream: u64) -> Result<Option<u64>> {
+        if size == 0 {
+            return Ok(None);
+        }
+        self.ctx.make_current()?;
+        let addr = driver::pool_alloc_async(self.raw_pool(), size, driver::stream_from_u64(stream))?;
+        let mut st = self.state.lock();
+        st.live.insert(addr, (size, stream));
+        st.streams.insert(stream);
+        st.stats.in_use += size;
+        st.stats.requested_in_use += size;
+        st.stats.num_allocs += 1;
+        st.stats.max_in_use = st.stats.max_in_use.max(st.stats.in_use);
+        st.stats.max_alloc_size = st.stats.max_alloc_size.max(size);
+        Ok(Some(addr))
+    }
+
+    /// Runs `op` once `[addr, addr+len)` is inside one live allocation whose stream has
+    /// finished its work (so a synchronous copy sees what the stream wrote).
+    fn in_range<T>(&self, addr: u64, len: u64, op: impl FnOnce() -> Result<T>) -> Result<T> {
+        let st = self.state.lock();
+        let found = st.live.iter().find(|(&b, &(s, _))| addr >= b && addr.checked_add(len).is_some_and(|e| e <= b + s));
+        let Some((_, &(_, stream))) = found else {
+            return Err(ArenaError::UnknownPointer { addr, reason: format!("{len} bytes from here are not inside one live allocation of this memory pool") });
+        };
+        self.ctx.make_current()?;
+        driver::stream_synchronize(driver::stream_from_u64(stream))?;
+        op()
+    }
+}
+
+impl Drop for CudaPoolAllocator {
+    fn drop(&mut self) {
+        if self.ctx.make_current().is_err() {
+            return;
+        }
+        let st = self.state.get_mut();
+        for (&addr, &(_, stream)) in &st.live {
+            let _ = driver::free_async(addr, driver::stream_from_u64(stream));
+        }
+        for &s in &st.streams {
+            let _ = driver::stream_synchronize(driver::stream_from_u64(s));
+        }
+        let _ = driver::pool_trim_to(self.raw_pool(), 0);
+        let _ = driver::pool_destroy(self.raw_pool());
+    }
+}
+
+impl Allocator for CudaPoolAllocator {
+    fn alloc(&self, size: u64) -> Result<Option<u64>> {
+        self.allocate(size, 0)
+    }
+
+    fn free(&self, addr: u64) -> Result<()> {
+        if addr == 0 {
+            return Ok(());
+        }
+        let mut st = self.state.lock();
+        // DESIGN decision 8: a foreign free is an error, not a logged warning.
+        let Some(&(size, stream)) = st.live.get(&addr) else {
+            return Err(ArenaError::UnknownPointer { addr, reason: "not a live allocation of this memory pool".into() });
+        };
+        self.ctx.make_current()?;
+        driver::free_async(addr, driver::stream_from_u64(stream))?;
+        st.live.remove(&addr);
+        st.stats.in_use -= size;
+        st.stats.requested_in_use -= size;
+        Ok(())
+    }
+
+    /// ORT's pool serves a reserve as an allocation.
+    fn reserve(&self, size: u64) -> Result<Option<u64>> {
+        self.allocate(size, 0)
+    }
+
+    fn is_stream_aware(&self) -> bool {
+        true
+    }
+
+    fn alloc_on_stream(&self, size: u64, stream: &Stream) -> Result<Option<u64>> {
+        self.allocate(size, stream.native())
+    }
+
+    fn info(&self) -> MemoryInfo {
+        MemoryInfo::new(MemoryKind::Cuda, self.ctx.ordinal)
+    }
+
+    fn stats(&self) -> AllocatorStats {
+        let mut s = self.state.lock().stats;
+        if self.ctx.make_current().is_ok() {
+            s.total_allocated = driver::pool_reserved_current(self.raw_pool()).unwrap_or(0);
+        }
+        s
+    }
+
+    fn can_shrink(&self) -> bool {
+        true
+    }
+
+    fn shrink(&self) -> Result<()> {
+        let mut st = self.state.lock();
+        self.ctx.make_current()?;
+        driver::pool_trim_to(self.raw_pool(), self.bytes_to_keep_on_shrink)?;
+        st.stats.num_arena_shrinkages += 1;
+        Ok(())
+    }
+
+    fn memory_log(&self) -> MemoryLog {
+        let stats = self.stats();
+        let st = self.state.lock();
+        let mut reserves: Vec<ReserveLog> = st.live.iter().map(|(&addr, &(size, _))| ReserveLog { addr, size }).collect();
+        reserves.sort_by_key(|r| r.addr);
+        MemoryLog { regions: Vec::new(), reserves, bins: Vec::new(), stats }
+    }
+
+    fn allocated_size(&self, addr: u64) -> Result<u64> {
+        self.state
+            .lock()
+            .live
+            .get(&addr)
+            .map(|&(s, _)| s)
+            .ok_or_else(|| ArenaError::UnknownPointer { addr, reason: "not a live allocation of this memory pool".into() })
+    }
+
+    fn requested_size(&self, addr: u64) -> Result<u64> {
+        self.allocated_size(addr)
+    }
+
+    fn write(&self, addr: u64, data: &[u8]) -> Result<()> {
+        self.in_range(addr, data.len() as u64, || driver::copy_htod(addr, data))
+    }
+
+    fn read(&self, addr: u64, out: &mut [u8]) -> Result<()> {
+        let len = out.len() as u64;
+        self.in_range(addr, len, || driver::copy_dtoh(out, addr))
+    }
+
+    fn fill(&self, addr: u64, byte: u8, len: u64) -> Result<()> {
+        self.in_range(addr, len, || driver::memset(addr, byte, len))
+    }
+}
