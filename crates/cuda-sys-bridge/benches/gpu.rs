@@ -35,7 +35,7 @@ fn measure(make: &Make<'_>, trace: &[TraceOp]) -> (f64, f64, u64) {
 }
 
 fn main() {
-    let ops: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(50_000);
+    let ops: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(200_000);
     if !cuda_available() {
         println!("no CUDA driver or device here: nothing to measure");
         return;

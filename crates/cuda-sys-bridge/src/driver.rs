@@ -93,6 +93,10 @@ pub(crate) fn set_current(ctx: CUcontext) -> Result<()> {
     unsafe { cu::ctx::set_current(ctx) }.map_err(map("cuCtxSetCurrent", 0))
 }
 
+pub(crate) fn ctx_synchronize() -> Result<()> {
+    cu::ctx::synchronize().map_err(map("cuCtxSynchronize", 0))
+}
+
 pub(crate) fn mem_get_info() -> Result<(u64, u64)> {
     cu::mem_get_info().map(|(f, t)| (f as u64, t as u64)).map_err(map("cuMemGetInfo", 0))
 }

@@ -4,9 +4,10 @@
 
 use crate::device::DeviceContext;
 use crate::driver;
+use crate::stream::{check_live, with_stream};
 use arena_core::{Allocator, AllocatorStats, ArenaConfig, ArenaError, MemoryInfo, MemoryKind, MemoryLog, ReserveLog, Result, Stream};
 use parking_lot::Mutex;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// A stream-ordered allocator over a private `CUmemoryPool`.
@@ -22,8 +23,6 @@ pub struct CudaPoolAllocator {
 struct PoolState {
     /// Live allocations: address → (size, stream it was allocated on).
     live: HashMap<u64, (u64, u64)>,
-    /// Streams used, synchronized at teardown.
-    streams: HashSet<u64>,
     stats: AllocatorStats,
 }
 
@@ -54,11 +53,11 @@ impl CudaPoolAllocator {
         if size == 0 {
             return Ok(None);
         }
+        check_live(stream)?;
         self.ctx.make_current()?;
-        let addr = driver::pool_alloc_async(self.raw_pool(), size, driver::stream_from_u64(stream))?;
+        let addr = with_stream(stream, |s| driver::pool_alloc_async(self.raw_pool(), size, s))?;
         let mut st = self.state.lock();
         st.live.insert(addr, (size, stream));
-        st.streams.insert(stream);
         st.stats.in_use += size;
         st.stats.requested_in_use += size;
         st.stats.num_allocs += 1;
@@ -76,7 +75,7 @@ impl CudaPoolAllocator {
             return Err(ArenaError::UnknownPointer { addr, reason: format!("{len} bytes from here are not inside one live allocation of this memory pool") });
         };
         self.ctx.make_current()?;
-        driver::stream_synchronize(driver::stream_from_u64(stream))?;
+        with_stream(stream, driver::stream_synchronize)?;
         op()
     }
 }
@@ -88,11 +87,10 @@ impl Drop for CudaPoolAllocator {
         }
         let st = self.state.get_mut();
         for (&addr, &(_, stream)) in &st.live {
-            let _ = driver::free_async(addr, driver::stream_from_u64(stream));
+            let _ = with_stream(stream, |s| driver::free_async(addr, s));
         }
-        for &s in &st.streams {
-            let _ = driver::stream_synchronize(driver::stream_from_u64(s));
-        }
+        // Every stream's frees must land before the pool goes.
+        let _ = driver::ctx_synchronize();
         let _ = driver::pool_trim_to(self.raw_pool(), 0);
         let _ = driver::pool_destroy(self.raw_pool());
     }
@@ -113,7 +111,7 @@ impl Allocator for CudaPoolAllocator {
             return Err(ArenaError::UnknownPointer { addr, reason: "not a live allocation of this memory pool".into() });
         };
         self.ctx.make_current()?;
-        driver::free_async(addr, driver::stream_from_u64(stream))?;
+        with_stream(stream, |s| driver::free_async(addr, s))?;
         st.live.remove(&addr);
         st.stats.in_use -= size;
         st.stats.requested_in_use -= size;

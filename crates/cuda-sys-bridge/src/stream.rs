@@ -4,8 +4,33 @@
 
 use crate::device::DeviceContext;
 use crate::driver;
-use arena_core::{Result, Stream, StreamEvent};
+use arena_core::{ArenaError, Result, Stream, StreamEvent};
+use parking_lot::Mutex;
+use std::collections::HashSet;
 use std::sync::Arc;
+
+/// The `CUstream`s that exist now. An allocation remembers the stream it was made on; if the
+/// user destroys that stream first (its work is finished then: the stream is synchronized
+/// before it is destroyed), the allocation is freed on the legacy stream instead of on a
+/// dangling handle.
+static LIVE: Mutex<Option<HashSet<u64>>> = Mutex::new(None);
+
+/// Runs `op` with the `CUstream` for `native` (0: the legacy stream; a destroyed stream: the
+/// legacy stream), holding the registry so the stream cannot be destroyed meanwhile.
+pub(crate) fn with_stream<T>(native: u64, op: impl FnOnce(driver::CUstream) -> T) -> T {
+    let live = LIVE.lock();
+    let usable = native != 0 && live.as_ref().is_some_and(|s| s.contains(&native));
+    op(driver::stream_from_u64(if usable { native } else { 0 }))
+}
+
+/// Checks that `native` is 0 or a live stream (for allocating on it).
+pub(crate) fn check_live(native: u64) -> Result<()> {
+    if native == 0 || LIVE.lock().as_ref().is_some_and(|s| s.contains(&native)) {
+        Ok(())
+    } else {
+        Err(ArenaError::Released { what: "the stream".into() })
+    }
+}
 
 /// A `CUstream` on one device, with the logical stream the arena sees.
 #[derive(Debug)]
@@ -46,7 +71,9 @@ impl CudaStream {
     pub(crate) fn new(ctx: Arc<DeviceContext>) -> Result<Self> {
         ctx.make_current()?;
         let s = driver::stream_create()?;
-        Ok(CudaStream { ctx, logical: Stream::with_native(driver::stream_to_u64(s)) })
+        let native = driver::stream_to_u64(s);
+        LIVE.lock().get_or_insert_with(HashSet::new).insert(native);
+        Ok(CudaStream { ctx, logical: Stream::with_native(native) })
     }
 
     fn raw(&self) -> driver::CUstream {
@@ -89,8 +116,15 @@ impl CudaStream {
 
 impl Drop for CudaStream {
     fn drop(&mut self) {
-        // Pending work completes first; the driver releases the stream after it.
+        let native = self.logical.native();
+        let mut live = LIVE.lock();
+        if let Some(s) = live.as_mut() {
+            s.remove(&native);
+        }
+        // Finish the stream's work first, so allocations made on it can then be freed on the
+        // legacy stream (see LIVE).
         if self.ctx.make_current().is_ok() {
+            let _ = driver::stream_synchronize(self.raw());
             let _ = driver::stream_destroy(self.raw());
         }
     }
