@@ -1,9 +1,10 @@
 //! The GPU benchmark (one command, one device call): four generated traces replayed through
 //! the arena over device memory, the memory-pool allocator, raw `cuMemAlloc`/`cuMemFree`, and
 //! `cuMemAllocAsync` on the default pool with an unlimited release threshold, all in this run.
-//! Reports ns/op (median of 5 passes, each on a fresh allocator, growth included) and peak
-//! memory held / peak bytes requested (from one more pass that reads the stats after every
-//! allocation). Without a GPU it says so and exits.
+//! Reports ns/op, the median of 5 passes over one allocator (the first pass includes the
+//! allocator's growth from nothing; the median is the steady state a server sees), and peak
+//! memory held / peak bytes requested (from one more pass on a fresh allocator that reads the
+//! stats after every allocation). Without a GPU it says so and exits.
 //!
 //! Build here: `cargo bench -p cuda-sys-bridge --no-run`; run there: `<binary> [ops]`.
 
@@ -20,14 +21,15 @@ fn median(mut xs: Vec<f64>) -> f64 {
 }
 
 fn measure(make: &Make<'_>, trace: &[TraceOp]) -> (f64, f64, u64) {
+    let a = make();
     let times: Vec<f64> = (0..5)
         .map(|_| {
-            let a = make();
             let r = replay(&*a, trace, &[], false).expect("replay");
             assert_eq!(r.failed_allocs, 0, "the device ran out of memory");
             r.ns_per_op()
         })
         .collect();
+    drop(a);
     let a = make();
     let r = replay(&*a, trace, &[], true).expect("replay");
     let ratio = r.peak_held as f64 / r.peak_requested.max(1) as f64;
