@@ -14,12 +14,27 @@ export { mixedTrace, replayTrace, nativePairNs } from './trace'
 export type { TraceOp, ReplayReport } from './trace'
 export type * from './types'
 
-/**
- * The GPUs the CUDA driver reports; `[]` without a driver. Never throws. This build has no
- * CUDA backend yet (it arrives with cuda-sys-bridge), so it reports none.
- */
+/** The GPUs the CUDA driver reports; `[]` without a driver. Never throws. */
 export function devices(): DeviceInfo[] {
-  return native.cudaAvailable() ? [] : []
+  try {
+    return native.devices().map((d) => ({
+      ordinal: d.ordinal,
+      name: d.name,
+      totalMemory: d.totalMemory,
+      freeMemory: d.freeMemory,
+      pciBusId: d.pciBusId,
+      uuid: d.uuid,
+      computeCapability: [d.computeCapability[0], d.computeCapability[1]] as [number, number],
+      memoryPoolsSupported: d.memoryPoolsSupported,
+    }))
+  } catch {
+    return []
+  }
+}
+
+/** Whether a CUDA driver with a device is usable here. Never throws. */
+export function cudaAvailable(): boolean {
+  return native.cudaAvailable()
 }
 
 /** `ep_factory.<factoryName>.arena.*` options → bare `arena.*` pairs (name matched exactly). */

@@ -10,8 +10,9 @@ use arena_core::{
 };
 use napi::bindgen_prelude::BigInt;
 use napi_derive::napi;
+use cuda_sys_bridge::CudaBackend;
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// One simulated device's limits (host and virtual backends).
 #[napi(object)]
@@ -24,7 +25,15 @@ pub struct JsDeviceLimits {
 #[napi]
 pub struct NativeFactory {
     inner: Arc<Factory>,
+    /// The process's CUDA backend, for streams, when this factory uses it.
+    cuda: Option<Arc<CudaBackend>>,
     warnings: Vec<String>,
+}
+
+/// One CUDA backend per process: every `cuda` factory shares its contexts.
+fn cuda_backend() -> Result<Arc<CudaBackend>> {
+    static BACKEND: OnceLock<std::result::Result<Arc<CudaBackend>, ArenaError>> = OnceLock::new();
+    BACKEND.get_or_init(|| CudaBackend::new().map(Arc::new)).clone().map_err(js)
 }
 
 fn bigint_u64(name: &str, v: &BigInt) -> Result<u64> {
@@ -47,11 +56,14 @@ impl NativeFactory {
             match backend.as_str() {
                 "host" => SimKind::Host,
                 "virtual" => SimKind::Virtual,
-                "cuda" => return Err(js(ArenaError::NoCuda {
-                    reason:
-                        "this build has no CUDA backend yet (cuda-sys-bridge arrives with issue 4)"
-                            .into(),
-                })),
+                "cuda" => {
+                    let cuda = cuda_backend()?;
+                    let inner = named_factory(&name, "cuda", || {
+                        Ok(Factory::new(name.clone(), cuda.clone()))
+                    })
+                    .map_err(js)?;
+                    return Ok(NativeFactory { inner, cuda: Some(cuda), warnings: Vec::new() });
+                }
                 other => {
                     return Err(invalid(format!(
                         "backend must be 'cuda', 'host' or 'virtual', got {other:?}"
@@ -89,10 +101,7 @@ impl NativeFactory {
             ))
         })
         .map_err(js)?;
-        Ok(NativeFactory {
-            inner,
-            warnings: Vec::new(),
-        })
+        Ok(NativeFactory { inner, cuda: None, warnings: Vec::new() })
     }
 
     #[napi(catch_unwind)]
@@ -183,6 +192,9 @@ impl NativeFactory {
         if device_id >= self.inner.backend().device_count() {
             return Err(js(self.inner.backend().no_device(device_id)));
         }
-        Ok(NativeStream::new(device_id))
+        match &self.cuda {
+            Some(cuda) => cuda.create_stream(device_id).map(NativeStream::cuda).map_err(js),
+            None => Ok(NativeStream::logical(device_id)),
+        }
     }
 }

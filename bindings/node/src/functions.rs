@@ -53,8 +53,39 @@ pub fn error_codes() -> Vec<String> {
         .collect()
 }
 
-/// Whether this build can reach CUDA (not yet: the CUDA backend arrives with issue 4).
+/// Whether a CUDA driver with a device is usable here. Never throws.
 #[napi(catch_unwind)]
 pub fn cuda_available() -> bool {
-    false
+    cuda_sys_bridge::cuda_available()
+}
+
+/// A GPU as the driver reports it.
+#[napi(object, object_to_js = true, object_from_js = false)]
+pub struct JsDeviceInfo {
+    pub ordinal: u32,
+    pub name: String,
+    pub total_memory: u64,
+    pub free_memory: u64,
+    pub pci_bus_id: String,
+    pub uuid: String,
+    pub compute_capability: Vec<i32>,
+    pub memory_pools_supported: bool,
+}
+
+/// Every GPU; empty without a driver. Never throws.
+#[napi(catch_unwind)]
+pub fn devices() -> Vec<JsDeviceInfo> {
+    cuda_sys_bridge::devices()
+        .into_iter()
+        .map(|d| JsDeviceInfo {
+            ordinal: d.ordinal,
+            name: d.name,
+            total_memory: d.total_memory,
+            free_memory: d.free_memory,
+            pci_bus_id: d.pci_bus_id,
+            uuid: d.uuid,
+            compute_capability: vec![d.compute_capability.0, d.compute_capability.1],
+            memory_pools_supported: d.memory_pools_supported,
+        })
+        .collect()
 }
