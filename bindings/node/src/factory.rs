@@ -8,9 +8,9 @@ use arena_core::{
     named_factory, AllocatorType, ArenaError, DeviceLimits, Factory, MemoryInfo, MemoryKind,
     SimBackend, SimKind,
 };
+use cuda_sys_bridge::CudaBackend;
 use napi::bindgen_prelude::BigInt;
 use napi_derive::napi;
-use cuda_sys_bridge::CudaBackend;
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
@@ -33,7 +33,10 @@ pub struct NativeFactory {
 /// One CUDA backend per process: every `cuda` factory shares its contexts.
 fn cuda_backend() -> Result<Arc<CudaBackend>> {
     static BACKEND: OnceLock<std::result::Result<Arc<CudaBackend>, ArenaError>> = OnceLock::new();
-    BACKEND.get_or_init(|| CudaBackend::new().map(Arc::new)).clone().map_err(js)
+    BACKEND
+        .get_or_init(|| CudaBackend::new().map(Arc::new))
+        .clone()
+        .map_err(js)
 }
 
 fn bigint_u64(name: &str, v: &BigInt) -> Result<u64> {
@@ -52,24 +55,27 @@ impl NativeFactory {
     /// list means one default device).
     #[napi(constructor, catch_unwind)]
     pub fn new(name: String, backend: String, devices: Vec<JsDeviceLimits>) -> Result<Self> {
-        let kind =
-            match backend.as_str() {
-                "host" => SimKind::Host,
-                "virtual" => SimKind::Virtual,
-                "cuda" => {
-                    let cuda = cuda_backend()?;
-                    let inner = named_factory(&name, "cuda", || {
-                        Ok(Factory::new(name.clone(), cuda.clone()))
-                    })
-                    .map_err(js)?;
-                    return Ok(NativeFactory { inner, cuda: Some(cuda), warnings: Vec::new() });
-                }
-                other => {
-                    return Err(invalid(format!(
-                        "backend must be 'cuda', 'host' or 'virtual', got {other:?}"
-                    )))
-                }
-            };
+        let kind = match backend.as_str() {
+            "host" => SimKind::Host,
+            "virtual" => SimKind::Virtual,
+            "cuda" => {
+                let cuda = cuda_backend()?;
+                let inner = named_factory(&name, "cuda", || {
+                    Ok(Factory::new(name.clone(), cuda.clone()))
+                })
+                .map_err(js)?;
+                return Ok(NativeFactory {
+                    inner,
+                    cuda: Some(cuda),
+                    warnings: Vec::new(),
+                });
+            }
+            other => {
+                return Err(invalid(format!(
+                    "backend must be 'cuda', 'host' or 'virtual', got {other:?}"
+                )))
+            }
+        };
         let default_total = match kind {
             SimKind::Host => arena_core::raw::DEFAULT_HOST_TOTAL_MEMORY,
             SimKind::Virtual => arena_core::raw::DEFAULT_VIRTUAL_TOTAL_MEMORY,
@@ -101,7 +107,11 @@ impl NativeFactory {
             ))
         })
         .map_err(js)?;
-        Ok(NativeFactory { inner, cuda: None, warnings: Vec::new() })
+        Ok(NativeFactory {
+            inner,
+            cuda: None,
+            warnings: Vec::new(),
+        })
     }
 
     #[napi(catch_unwind)]
@@ -193,7 +203,10 @@ impl NativeFactory {
             return Err(js(self.inner.backend().no_device(device_id)));
         }
         match &self.cuda {
-            Some(cuda) => cuda.create_stream(device_id).map(NativeStream::cuda).map_err(js),
+            Some(cuda) => cuda
+                .create_stream(device_id)
+                .map(NativeStream::cuda)
+                .map_err(js),
             None => Ok(NativeStream::logical(device_id)),
         }
     }

@@ -56,7 +56,11 @@ impl NativeStream {
             Kind::Cuda(c) => c.logical().clone(),
         };
         let handle = crate::fast::register_stream(logical);
-        NativeStream { inner: Some(kind), device_id, handle }
+        NativeStream {
+            inner: Some(kind),
+            device_id,
+            handle,
+        }
     }
 
     /// The stream as the arena sees it.

@@ -11,6 +11,14 @@ use crate::bins::{bin_for_size, NUM_BINS};
 /// "No chunk".
 pub const NIL: u32 = u32::MAX;
 
+/// A place a subtree hangs from.
+#[derive(Debug, Clone, Copy)]
+enum Hook {
+    Root(usize),
+    Left(u32),
+    Right(u32),
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Node {
     size: u64,
@@ -113,11 +121,11 @@ impl FreeBins {
             prio,
             linked: true,
         };
-        self.roots[b] = if root == NIL {
-            id
+        if root == NIL {
+            self.roots[b] = id;
         } else {
-            self.insert_at(root, id)
-        };
+            self.insert_at(Hook::Root(b), id);
+        }
         self.non_empty |= 1 << b;
         self.len += 1;
     }
@@ -130,12 +138,11 @@ impl FreeBins {
         }
         let n = self.nodes[id as usize];
         let b = bin_for_size(n.size);
-        let root = self.roots[b];
-        self.roots[b] = if root == id && n.left == NIL && n.right == NIL {
-            NIL
+        if self.roots[b] == id && n.left == NIL && n.right == NIL {
+            self.roots[b] = NIL;
         } else {
-            self.remove_at(root, id)
-        };
+            self.remove_at(Hook::Root(b), id);
+        }
         if self.roots[b] == NIL {
             self.non_empty &= !(1 << b);
         }
@@ -242,12 +249,33 @@ impl FreeBins {
     ) -> Option<u32> {
         while mask != 0 {
             let b = mask.trailing_zeros() as usize;
+            // Usually the smallest adequate chunk is acceptable: find it without recursion,
+            // and search the whole bin in order only when it is not.
+            let lower = self.lower_bound(self.roots[b], min_size);
+            if lower != NIL && accept(lower) {
+                return Some(lower);
+            }
             if let Some(id) = self.find(self.roots[b], min_size, &mut accept) {
                 return Some(id);
             }
             mask &= mask - 1;
         }
         None
+    }
+
+    /// The first chunk of at least `min_size` bytes in `(size, address)` order under `t`.
+    fn lower_bound(&self, mut t: u32, min_size: u64) -> u32 {
+        let mut best = NIL;
+        while t != NIL {
+            let n = &self.nodes[t as usize];
+            if n.size >= min_size {
+                best = t;
+                t = n.left;
+            } else {
+                t = n.right;
+            }
+        }
+        best
     }
 
     fn find(&self, t: u32, min_size: u64, accept: &mut impl FnMut(u32) -> bool) -> Option<u32> {
@@ -283,78 +311,91 @@ impl FreeBins {
         }
     }
 
-    fn insert_at(&mut self, t: u32, id: u32) -> u32 {
-        if t == NIL {
-            return id;
-        }
-        if self.nodes[id as usize].prio > self.nodes[t as usize].prio {
-            let (l, r) = self.split(t, self.key(id));
-            let n = &mut self.nodes[id as usize];
-            n.left = l;
-            n.right = r;
-            return id;
-        }
-        if self.key(id) < self.key(t) {
-            let l = self.insert_at(self.nodes[t as usize].left, id);
-            self.nodes[t as usize].left = l;
-        } else {
-            let r = self.insert_at(self.nodes[t as usize].right, id);
-            self.nodes[t as usize].right = r;
-        }
-        t
-    }
-
-    /// Splits tree `t` into keys below `key` and keys above it (keys are unique).
-    fn split(&mut self, t: u32, key: (u64, u64)) -> (u32, u32) {
-        if t == NIL {
-            return (NIL, NIL);
-        }
-        if self.key(t) < key {
-            let (l, r) = self.split(self.nodes[t as usize].right, key);
-            self.nodes[t as usize].right = l;
-            (t, r)
-        } else {
-            let (l, r) = self.split(self.nodes[t as usize].left, key);
-            self.nodes[t as usize].left = r;
-            (l, t)
+    /// Where a subtree hangs: a bin's root, or a node's left or right child.
+    #[inline]
+    fn get(&self, hook: Hook) -> u32 {
+        match hook {
+            Hook::Root(b) => self.roots[b],
+            Hook::Left(n) => self.nodes[n as usize].left,
+            Hook::Right(n) => self.nodes[n as usize].right,
         }
     }
 
-    fn remove_at(&mut self, t: u32, id: u32) -> u32 {
-        debug_assert!(t != NIL, "chunk {id} not found in its bin");
-        if t == NIL {
-            return NIL;
+    #[inline]
+    fn set(&mut self, hook: Hook, v: u32) {
+        match hook {
+            Hook::Root(b) => self.roots[b] = v,
+            Hook::Left(n) => self.nodes[n as usize].left = v,
+            Hook::Right(n) => self.nodes[n as usize].right = v,
         }
-        let n = self.nodes[t as usize];
-        if t == id {
-            return self.merge(n.left, n.right);
-        }
-        if self.key(id) < self.key(t) {
-            let l = self.remove_at(n.left, id);
-            self.nodes[t as usize].left = l;
-        } else {
-            let r = self.remove_at(n.right, id);
-            self.nodes[t as usize].right = r;
-        }
-        t
     }
 
-    /// Joins two trees where every key of `a` is below every key of `b`.
-    fn merge(&mut self, a: u32, b: u32) -> u32 {
-        if a == NIL {
-            return b;
+    /// Treap insertion of `id` (its node filled in) under `hook`, without recursion: descend
+    /// to the first node of lower priority, then split that subtree around the new key.
+    fn insert_at(&mut self, mut hook: Hook, id: u32) {
+        let (key, prio) = (self.key(id), self.nodes[id as usize].prio);
+        let mut t = self.get(hook);
+        while t != NIL && self.nodes[t as usize].prio >= prio {
+            hook = if key < self.key(t) {
+                Hook::Left(t)
+            } else {
+                Hook::Right(t)
+            };
+            t = self.get(hook);
         }
-        if b == NIL {
-            return a;
+        // Split subtree `t`: keys below `key` go left of `id`, the rest right of it.
+        let (mut lhook, mut rhook) = (Hook::Left(id), Hook::Right(id));
+        while t != NIL {
+            if self.key(t) < key {
+                self.set(lhook, t);
+                lhook = Hook::Right(t);
+                t = self.nodes[t as usize].right;
+            } else {
+                self.set(rhook, t);
+                rhook = Hook::Left(t);
+                t = self.nodes[t as usize].left;
+            }
         }
-        if self.nodes[a as usize].prio > self.nodes[b as usize].prio {
-            let r = self.merge(self.nodes[a as usize].right, b);
-            self.nodes[a as usize].right = r;
-            a
-        } else {
-            let l = self.merge(a, self.nodes[b as usize].left);
-            self.nodes[b as usize].left = l;
-            b
+        self.set(lhook, NIL);
+        self.set(rhook, NIL);
+        self.set(hook, id);
+    }
+
+    /// Treap removal of `id` from the tree under `hook`, without recursion: find it, then
+    /// merge its two subtrees into its place.
+    fn remove_at(&mut self, mut hook: Hook, id: u32) {
+        let key = self.key(id);
+        loop {
+            let t = self.get(hook);
+            debug_assert!(t != NIL, "chunk {id} not found in its bin");
+            if t == NIL || t == id {
+                break;
+            }
+            hook = if key < self.key(t) {
+                Hook::Left(t)
+            } else {
+                Hook::Right(t)
+            };
+        }
+        let (mut a, mut b) = (self.nodes[id as usize].left, self.nodes[id as usize].right);
+        loop {
+            if a == NIL {
+                self.set(hook, b);
+                return;
+            }
+            if b == NIL {
+                self.set(hook, a);
+                return;
+            }
+            if self.nodes[a as usize].prio > self.nodes[b as usize].prio {
+                self.set(hook, a);
+                hook = Hook::Right(a);
+                a = self.nodes[a as usize].right;
+            } else {
+                self.set(hook, b);
+                hook = Hook::Left(b);
+                b = self.nodes[b as usize].left;
+            }
         }
     }
 

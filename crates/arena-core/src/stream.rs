@@ -100,7 +100,13 @@ impl Stream {
     /// `cuda`), which allocators of that backend use for stream-ordered calls.
     pub fn with_native(native: u64) -> Self {
         let id = NEXT_STREAM_ID.fetch_add(1, Ordering::Relaxed);
-        Stream { inner: Arc::new(StreamInner { id, native, clock: Mutex::new(Clock::default()) }) }
+        Stream {
+            inner: Arc::new(StreamInner {
+                id,
+                native,
+                clock: Mutex::new(Clock::default()),
+            }),
+        }
     }
 
     /// The backend's handle; 0 for a logical stream.

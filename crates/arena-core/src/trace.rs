@@ -109,7 +109,11 @@ pub fn inference_trace(ops: usize, seed: u64) -> Vec<TraceOp> {
     let mut alloc = |out: &mut Vec<TraceOp>, size: u64| {
         let id = next_id;
         next_id += 1;
-        out.push(TraceOp::Alloc { id, size, stream: 0 });
+        out.push(TraceOp::Alloc {
+            id,
+            size,
+            stream: 0,
+        });
         id
     };
     // Weights: live for the whole trace.
@@ -120,7 +124,9 @@ pub fn inference_trace(ops: usize, seed: u64) -> Vec<TraceOp> {
         for _ in 0..24 {
             let scratch = alloc(&mut out, tokens * tokens * 2 * 16);
             let qkv = alloc(&mut out, tokens * 4096 * 6);
-            let small: Vec<u64> = (0..4).map(|_| alloc(&mut out, 256 + rng.below(8192))).collect();
+            let small: Vec<u64> = (0..4)
+                .map(|_| alloc(&mut out, 256 + rng.below(8192)))
+                .collect();
             let next = alloc(&mut out, tokens * 4096 * 2);
             for id in small.into_iter().chain([scratch, qkv, carried]) {
                 out.push(TraceOp::Free { id });
@@ -155,15 +161,27 @@ pub fn growing_trace(ops: usize, seed: u64) -> Vec<TraceOp> {
     let mut next_id = 1u64;
     let mut seqs: Vec<(u64, u64)> = Vec::new();
     for _ in 0..SEQS {
-        out.push(TraceOp::Alloc { id: next_id, size: BLOCK, stream: 0 });
+        out.push(TraceOp::Alloc {
+            id: next_id,
+            size: BLOCK,
+            stream: 0,
+        });
         seqs.push((next_id, BLOCK));
         next_id += 1;
     }
     while out.len() + 2 + SEQS < ops {
         let i = rng.below(SEQS as u64) as usize;
         let (id, size) = seqs[i];
-        let new_size = if size >= (64 << 20) || rng.below(64) == 0 { BLOCK } else { size + BLOCK };
-        out.push(TraceOp::Alloc { id: next_id, size: new_size, stream: 0 });
+        let new_size = if size >= (64 << 20) || rng.below(64) == 0 {
+            BLOCK
+        } else {
+            size + BLOCK
+        };
+        out.push(TraceOp::Alloc {
+            id: next_id,
+            size: new_size,
+            stream: 0,
+        });
         out.push(TraceOp::Free { id });
         seqs[i] = (next_id, new_size);
         next_id += 1;
@@ -330,7 +348,11 @@ mod tests {
         for kind in ["inference", "mixed", "small", "growing"] {
             let t = named_trace(kind, 50_000, 1).expect("known kind");
             assert!(balanced(&t), "{kind}");
-            assert!(t.len() >= 45_000 && t.len() <= 50_100, "{kind}: {}", t.len());
+            assert!(
+                t.len() >= 45_000 && t.len() <= 50_100,
+                "{kind}: {}",
+                t.len()
+            );
         }
         assert!(named_trace("other", 10, 1).is_none());
     }

@@ -37,20 +37,28 @@ fn measure(make: &Make<'_>, trace: &[TraceOp]) -> (f64, f64, u64) {
 }
 
 fn main() {
-    let ops: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(200_000);
+    let ops: usize = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(200_000);
     if !cuda_available() {
         println!("no CUDA driver or device here: nothing to measure");
         return;
     }
     let backend = Arc::new(CudaBackend::new().expect("backend"));
     let info = backend.device_info(0).expect("device 0");
-    println!("device 0: {} ({} MiB), {ops} ops per trace, median of 5 passes\n", info.name, info.total_memory >> 20);
+    println!(
+        "device 0: {} ({} MiB), {ops} ops per trace, median of 5 passes\n",
+        info.name,
+        info.total_memory >> 20
+    );
     let makers: Vec<(&str, Make<'_>)> = vec![
         (
             "arena (device memory)",
             Box::new(|| {
                 let raw = backend.device_memory(0).expect("raw");
-                Arc::new(Arena::new(raw, ArenaConfig::default()).expect("arena")) as Arc<dyn Allocator>
+                Arc::new(Arena::new(raw, ArenaConfig::default()).expect("arena"))
+                    as Arc<dyn Allocator>
             }),
         ),
         (
@@ -63,22 +71,34 @@ fn main() {
         ),
         (
             "cuMemAlloc/cuMemFree",
-            Box::new(|| Arc::new(PlainAllocator::new(backend.device_memory(0).expect("raw"))) as Arc<dyn Allocator>),
+            Box::new(|| {
+                Arc::new(PlainAllocator::new(backend.device_memory(0).expect("raw")))
+                    as Arc<dyn Allocator>
+            }),
         ),
         (
             "cuMemAllocAsync (default pool)",
-            Box::new(|| Arc::new(backend.default_pool(0).expect("default pool")) as Arc<dyn Allocator>),
+            Box::new(|| {
+                Arc::new(backend.default_pool(0).expect("default pool")) as Arc<dyn Allocator>
+            }),
         ),
     ];
     println!("| trace | allocator | ns/op | vs cuMemAlloc | vs cuMemAllocAsync | peak held / requested |");
     println!("|---|---|---:|---:|---:|---:|");
     for kind in ["inference", "mixed", "small", "growing"] {
         let trace = named_trace(kind, ops, 7).expect("known trace");
-        let results: Vec<(&str, (f64, f64, u64))> = makers.iter().map(|(name, make)| (*name, measure(make, &trace))).collect();
+        let results: Vec<(&str, (f64, f64, u64))> = makers
+            .iter()
+            .map(|(name, make)| (*name, measure(make, &trace)))
+            .collect();
         let raw = results[2].1 .0;
         let asy = results[3].1 .0;
         for (name, (ns, ratio, _)) in &results {
-            println!("| {kind} | {name} | {ns:.1} | {:.1}x | {:.1}x | {ratio:.3} |", raw / ns, asy / ns);
+            println!(
+                "| {kind} | {name} | {ns:.1} | {:.1}x | {:.1}x | {ratio:.3} |",
+                raw / ns,
+                asy / ns
+            );
         }
     }
 }

@@ -21,7 +21,10 @@ fn probe() -> std::result::Result<(), String> {
 
 /// `Ok` when a CUDA driver with at least one device is usable, else `ERR_NO_CUDA` with why.
 pub fn ensure_cuda() -> Result<()> {
-    STATE.get_or_init(probe).clone().map_err(|reason| ArenaError::NoCuda { reason })
+    STATE
+        .get_or_init(probe)
+        .clone()
+        .map_err(|reason| ArenaError::NoCuda { reason })
 }
 
 /// Whether [`ensure_cuda`] succeeds. Never panics.

@@ -6,7 +6,9 @@ use crate::pool::CudaPoolAllocator;
 use crate::raw::{device_stats, CudaRawAllocator, Ledger};
 use crate::stream::CudaStream;
 use arena_core::backend::SharedRaw;
-use arena_core::{Allocator, ArenaConfig, ArenaError, Backend, HostAllocator, MemoryKind, RawStats, Result};
+use arena_core::{
+    Allocator, ArenaConfig, ArenaError, Backend, HostAllocator, MemoryKind, RawStats, Result,
+};
 use parking_lot::Mutex;
 use std::sync::Arc;
 
@@ -32,14 +34,23 @@ impl CudaBackend {
             .map(|i| {
                 let ctx = DeviceContext::open(i)?;
                 let info = ctx.info()?;
-                Ok(Gpu { ctx, ledger: Arc::new(Mutex::new(Ledger::default())), info })
+                Ok(Gpu {
+                    ctx,
+                    ledger: Arc::new(Mutex::new(Ledger::default())),
+                    info,
+                })
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(CudaBackend { gpus, cpu: Arc::new(HostAllocator::default()) })
+        Ok(CudaBackend {
+            gpus,
+            cpu: Arc::new(HostAllocator::default()),
+        })
     }
 
     fn gpu(&self, device: u32) -> Result<&Gpu> {
-        self.gpus.get(device as usize).ok_or_else(|| self.no_device(device))
+        self.gpus
+            .get(device as usize)
+            .ok_or_else(|| self.no_device(device))
     }
 
     /// What the driver says of device `device`.
@@ -60,7 +71,11 @@ impl CudaBackend {
     /// The raw device-memory allocator of `device`, for baselines.
     pub fn device_memory(&self, device: u32) -> Result<CudaRawAllocator> {
         let g = self.gpu(device)?;
-        Ok(CudaRawAllocator::new(g.ctx.clone(), MemoryKind::Cuda, g.ledger.clone()))
+        Ok(CudaRawAllocator::new(
+            g.ctx.clone(),
+            MemoryKind::Cuda,
+            g.ledger.clone(),
+        ))
     }
 }
 
@@ -78,14 +93,21 @@ impl Backend for CudaBackend {
             return Ok(self.cpu.clone());
         }
         let g = self.gpu(device)?;
-        Ok(Arc::new(CudaRawAllocator::new(g.ctx.clone(), kind, g.ledger.clone())))
+        Ok(Arc::new(CudaRawAllocator::new(
+            g.ctx.clone(),
+            kind,
+            g.ledger.clone(),
+        )))
     }
 
     fn mempool(&self, device: u32, config: &ArenaConfig) -> Result<Arc<dyn Allocator>> {
         let g = self.gpu(device)?;
         if !g.info.memory_pools_supported {
             return Err(ArenaError::InvalidArgument {
-                reason: format!("memory pools are not supported on device {device} ({})", g.info.name),
+                reason: format!(
+                    "memory pools are not supported on device {device} ({})",
+                    g.info.name
+                ),
             });
         }
         Ok(Arc::new(CudaPoolAllocator::new(g.ctx.clone(), config)?))

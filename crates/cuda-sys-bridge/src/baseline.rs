@@ -3,7 +3,9 @@
 
 use crate::device::DeviceContext;
 use crate::driver;
-use arena_core::{Allocator, AllocatorStats, ArenaError, MemoryInfo, MemoryKind, MemoryLog, Result};
+use arena_core::{
+    Allocator, AllocatorStats, ArenaError, MemoryInfo, MemoryKind, MemoryLog, Result,
+};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,7 +25,12 @@ impl DefaultPoolAllocator {
         let pool = driver::default_mem_pool(ctx.dev)?;
         driver::pool_set_release_threshold(pool, u64::MAX)?;
         let stream = driver::stream_create()?;
-        Ok(DefaultPoolAllocator { ctx, pool: pool as usize, stream: stream as usize, state: Mutex::new(Default::default()) })
+        Ok(DefaultPoolAllocator {
+            ctx,
+            pool: pool as usize,
+            stream: stream as usize,
+            state: Mutex::new(Default::default()),
+        })
     }
 
     fn s(&self) -> driver::CUstream {
@@ -47,7 +54,9 @@ impl Drop for DefaultPoolAllocator {
 }
 
 fn no_copies() -> ArenaError {
-    ArenaError::InvalidArgument { reason: "the default-pool baseline has no copies".into() }
+    ArenaError::InvalidArgument {
+        reason: "the default-pool baseline has no copies".into(),
+    }
 }
 
 impl Allocator for DefaultPoolAllocator {
@@ -68,7 +77,12 @@ impl Allocator for DefaultPoolAllocator {
 
     fn free(&self, addr: u64) -> Result<()> {
         let mut st = self.state.lock();
-        let size = st.0.remove(&addr).ok_or_else(|| ArenaError::UnknownPointer { addr, reason: "not live".into() })?;
+        let size =
+            st.0.remove(&addr)
+                .ok_or_else(|| ArenaError::UnknownPointer {
+                    addr,
+                    reason: "not live".into(),
+                })?;
         st.1.in_use -= size;
         st.1.requested_in_use -= size;
         self.ctx.make_current()?;
@@ -86,17 +100,29 @@ impl Allocator for DefaultPoolAllocator {
     fn stats(&self) -> AllocatorStats {
         let mut s = self.state.lock().1;
         if self.ctx.make_current().is_ok() {
-            s.total_allocated = driver::pool_reserved_current(self.pool as driver::CUmemoryPool).unwrap_or(0);
+            s.total_allocated =
+                driver::pool_reserved_current(self.pool as driver::CUmemoryPool).unwrap_or(0);
         }
         s
     }
 
     fn memory_log(&self) -> MemoryLog {
-        MemoryLog { stats: self.stats(), ..Default::default() }
+        MemoryLog {
+            stats: self.stats(),
+            ..Default::default()
+        }
     }
 
     fn allocated_size(&self, addr: u64) -> Result<u64> {
-        self.state.lock().0.get(&addr).copied().ok_or_else(|| ArenaError::UnknownPointer { addr, reason: "not live".into() })
+        self.state
+            .lock()
+            .0
+            .get(&addr)
+            .copied()
+            .ok_or_else(|| ArenaError::UnknownPointer {
+                addr,
+                reason: "not live".into(),
+            })
     }
 
     fn requested_size(&self, addr: u64) -> Result<u64> {

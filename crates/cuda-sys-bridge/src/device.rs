@@ -80,12 +80,22 @@ impl DeviceContext {
             total_memory: driver::device_total_mem(dev)?,
             free_memory,
             pci_bus_id: driver::device_pci_bus_id(dev)?,
-            uuid: format!("GPU-{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32]),
+            uuid: format!(
+                "GPU-{}-{}-{}-{}-{}",
+                &h[0..8],
+                &h[8..12],
+                &h[12..16],
+                &h[16..20],
+                &h[20..32]
+            ),
             compute_capability: (
                 driver::device_attribute(dev, Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
                 driver::device_attribute(dev, Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
             ),
-            memory_pools_supported: driver::device_attribute(dev, Attr::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED)? != 0,
+            memory_pools_supported: driver::device_attribute(
+                dev,
+                Attr::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED,
+            )? != 0,
         })
     }
 }
@@ -112,5 +122,7 @@ pub(crate) fn device_count() -> u32 {
 
 /// Every GPU the driver reports; empty without a driver. Never panics.
 pub fn devices() -> Vec<DeviceInfo> {
-    (0..device_count()).filter_map(|i| DeviceContext::open(i).and_then(|c| c.info()).ok()).collect()
+    (0..device_count())
+        .filter_map(|i| DeviceContext::open(i).and_then(|c| c.info()).ok())
+        .collect()
 }

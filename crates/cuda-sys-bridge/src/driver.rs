@@ -12,7 +12,9 @@ pub(crate) use sys::{CUcontext, CUdevice, CUevent, CUmemoryPool, CUstream};
 
 /// The `CUresult` name of an error, e.g. `CUDA_ERROR_INVALID_VALUE`.
 pub(crate) fn error_name(e: &DriverError) -> String {
-    e.error_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|_| format!("{:?}", e.0))
+    e.error_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| format!("{:?}", e.0))
 }
 
 /// Maps a driver error from `call`: out of memory stays out of memory (the arena backs off
@@ -20,9 +22,15 @@ pub(crate) fn error_name(e: &DriverError) -> String {
 pub(crate) fn map(call: &str, requested: u64) -> impl FnOnce(DriverError) -> ArenaError + '_ {
     move |e| {
         if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
-            ArenaError::OutOfMemory { requested, reason: format!("{call}: CUDA_ERROR_OUT_OF_MEMORY") }
+            ArenaError::OutOfMemory {
+                requested,
+                reason: format!("{call}: CUDA_ERROR_OUT_OF_MEMORY"),
+            }
         } else {
-            ArenaError::Cuda { name: error_name(&e), message: format!("{call} failed") }
+            ArenaError::Cuda {
+                name: error_name(&e),
+                message: format!("{call} failed"),
+            }
         }
     }
 }
@@ -55,7 +63,9 @@ pub(crate) fn device_name(dev: CUdevice) -> Result<String> {
 
 pub(crate) fn device_total_mem(dev: CUdevice) -> Result<u64> {
     // SAFETY: `dev` came from cuDeviceGet.
-    unsafe { cu::device::total_mem(dev) }.map(|n| n as u64).map_err(map("cuDeviceTotalMem", 0))
+    unsafe { cu::device::total_mem(dev) }
+        .map(|n| n as u64)
+        .map_err(map("cuDeviceTotalMem", 0))
 }
 
 pub(crate) fn device_attribute(dev: CUdevice, attr: sys::CUdevice_attribute) -> Result<i32> {
@@ -74,7 +84,11 @@ pub(crate) fn device_pci_bus_id(dev: CUdevice) -> Result<String> {
     unsafe { sys::cuDeviceGetPCIBusId(buf.as_mut_ptr(), buf.len() as i32, dev) }
         .result()
         .map_err(map("cuDeviceGetPCIBusId", 0))?;
-    let bytes: Vec<u8> = buf.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+    let bytes: Vec<u8> = buf
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
@@ -98,7 +112,9 @@ pub(crate) fn ctx_synchronize() -> Result<()> {
 }
 
 pub(crate) fn mem_get_info() -> Result<(u64, u64)> {
-    cu::mem_get_info().map(|(f, t)| (f as u64, t as u64)).map_err(map("cuMemGetInfo", 0))
+    cu::mem_get_info()
+        .map(|(f, t)| (f as u64, t as u64))
+        .map_err(map("cuMemGetInfo", 0))
 }
 
 pub(crate) fn mem_alloc(size: u64) -> Result<u64> {
@@ -178,7 +194,10 @@ pub(crate) fn pool_create(device: u32) -> Result<CUmemoryPool> {
     let mut props: sys::CUmemPoolProps = unsafe { std::mem::zeroed() };
     props.allocType = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
     props.handleTypes = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE;
-    props.location = sys::CUmemLocation { type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE, id: device as i32 };
+    props.location = sys::CUmemLocation {
+        type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+        id: device as i32,
+    };
     // SAFETY: `props` is fully initialised; the pool is destroyed by `pool_destroy`.
     unsafe { cu::mem_pool::create(&props) }.map_err(map("cuMemPoolCreate", 0))
 }
@@ -222,7 +241,8 @@ pub(crate) fn pool_trim_to(pool: CUmemoryPool, keep: u64) -> Result<()> {
 
 pub(crate) fn pool_alloc_async(pool: CUmemoryPool, size: u64, s: CUstream) -> Result<u64> {
     // SAFETY: `pool` and `s` are live; the memory is freed by `free_async`.
-    unsafe { cu::mem_pool::alloc_async(pool, size as usize, s) }.map_err(map("cuMemAllocFromPoolAsync", size))
+    unsafe { cu::mem_pool::alloc_async(pool, size as usize, s) }
+        .map_err(map("cuMemAllocFromPoolAsync", size))
 }
 
 pub(crate) fn alloc_async(size: u64, s: CUstream) -> Result<u64> {

@@ -5,7 +5,10 @@
 use crate::device::DeviceContext;
 use crate::driver;
 use crate::stream::{check_live, with_stream};
-use arena_core::{Allocator, AllocatorStats, ArenaConfig, ArenaError, MemoryInfo, MemoryKind, MemoryLog, ReserveLog, Result, Stream};
+use arena_core::{
+    Allocator, AllocatorStats, ArenaConfig, ArenaError, MemoryInfo, MemoryKind, MemoryLog,
+    ReserveLog, Result, Stream,
+};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -55,7 +58,9 @@ impl CudaPoolAllocator {
         }
         check_live(stream)?;
         self.ctx.make_current()?;
-        let addr = with_stream(stream, |s| driver::pool_alloc_async(self.raw_pool(), size, s))?;
+        let addr = with_stream(stream, |s| {
+            driver::pool_alloc_async(self.raw_pool(), size, s)
+        })?;
         let mut st = self.state.lock();
         st.live.insert(addr, (size, stream));
         st.stats.in_use += size;
@@ -70,9 +75,17 @@ impl CudaPoolAllocator {
     /// finished its work (so a synchronous copy sees what the stream wrote).
     fn in_range<T>(&self, addr: u64, len: u64, op: impl FnOnce() -> Result<T>) -> Result<T> {
         let st = self.state.lock();
-        let found = st.live.iter().find(|(&b, &(s, _))| addr >= b && addr.checked_add(len).is_some_and(|e| e <= b + s));
+        let found = st
+            .live
+            .iter()
+            .find(|(&b, &(s, _))| addr >= b && addr.checked_add(len).is_some_and(|e| e <= b + s));
         let Some((_, &(_, stream))) = found else {
-            return Err(ArenaError::UnknownPointer { addr, reason: format!("{len} bytes from here are not inside one live allocation of this memory pool") });
+            return Err(ArenaError::UnknownPointer {
+                addr,
+                reason: format!(
+                    "{len} bytes from here are not inside one live allocation of this memory pool"
+                ),
+            });
         };
         self.ctx.make_current()?;
         with_stream(stream, driver::stream_synchronize)?;
@@ -108,7 +121,10 @@ impl Allocator for CudaPoolAllocator {
         let mut st = self.state.lock();
         // DESIGN decision 8: a foreign free is an error, not a logged warning.
         let Some(&(size, stream)) = st.live.get(&addr) else {
-            return Err(ArenaError::UnknownPointer { addr, reason: "not a live allocation of this memory pool".into() });
+            return Err(ArenaError::UnknownPointer {
+                addr,
+                reason: "not a live allocation of this memory pool".into(),
+            });
         };
         self.ctx.make_current()?;
         with_stream(stream, |s| driver::free_async(addr, s))?;
@@ -158,9 +174,18 @@ impl Allocator for CudaPoolAllocator {
     fn memory_log(&self) -> MemoryLog {
         let stats = self.stats();
         let st = self.state.lock();
-        let mut reserves: Vec<ReserveLog> = st.live.iter().map(|(&addr, &(size, _))| ReserveLog { addr, size }).collect();
+        let mut reserves: Vec<ReserveLog> = st
+            .live
+            .iter()
+            .map(|(&addr, &(size, _))| ReserveLog { addr, size })
+            .collect();
         reserves.sort_by_key(|r| r.addr);
-        MemoryLog { regions: Vec::new(), reserves, bins: Vec::new(), stats }
+        MemoryLog {
+            regions: Vec::new(),
+            reserves,
+            bins: Vec::new(),
+            stats,
+        }
     }
 
     fn allocated_size(&self, addr: u64) -> Result<u64> {
@@ -169,7 +194,10 @@ impl Allocator for CudaPoolAllocator {
             .live
             .get(&addr)
             .map(|&(s, _)| s)
-            .ok_or_else(|| ArenaError::UnknownPointer { addr, reason: "not a live allocation of this memory pool".into() })
+            .ok_or_else(|| ArenaError::UnknownPointer {
+                addr,
+                reason: "not a live allocation of this memory pool".into(),
+            })
     }
 
     fn requested_size(&self, addr: u64) -> Result<u64> {

@@ -25,7 +25,11 @@ pub struct CudaRawAllocator {
 }
 
 impl CudaRawAllocator {
-    pub(crate) fn new(ctx: Arc<DeviceContext>, kind: MemoryKind, ledger: Arc<Mutex<Ledger>>) -> Self {
+    pub(crate) fn new(
+        ctx: Arc<DeviceContext>,
+        kind: MemoryKind,
+        ledger: Arc<Mutex<Ledger>>,
+    ) -> Self {
         CudaRawAllocator { ctx, kind, ledger }
     }
 
@@ -36,7 +40,10 @@ impl CudaRawAllocator {
         if inside {
             Ok(())
         } else {
-            Err(ArenaError::UnknownPointer { addr, reason: format!("{len} bytes from here are not inside one live raw block") })
+            Err(ArenaError::UnknownPointer {
+                addr,
+                reason: format!("{len} bytes from here are not inside one live raw block"),
+            })
         }
     }
 }
@@ -44,7 +51,11 @@ impl CudaRawAllocator {
 /// Counters of a device's raw calls, with the driver's free and total memory.
 pub(crate) fn device_stats(ctx: &DeviceContext, ledger: &Mutex<Ledger>) -> Result<RawStats> {
     let (free, total) = ctx.mem_info()?;
-    Ok(RawStats { free: Some(free), total: Some(total), ..ledger.lock().stats })
+    Ok(RawStats {
+        free: Some(free),
+        total: Some(total),
+        ..ledger.lock().stats
+    })
 }
 
 impl RawAllocator for CudaRawAllocator {
@@ -73,7 +84,12 @@ impl RawAllocator for CudaRawAllocator {
         let mut ledger = self.ledger.lock();
         match ledger.live.get(&addr) {
             Some(&(s, k)) if s == size && k == self.kind => {}
-            _ => return Err(ArenaError::UnknownPointer { addr, reason: "not a live raw block of this allocator".into() }),
+            _ => {
+                return Err(ArenaError::UnknownPointer {
+                    addr,
+                    reason: "not a live raw block of this allocator".into(),
+                })
+            }
         }
         self.ctx.make_current()?;
         let freed = match self.kind {
@@ -98,7 +114,11 @@ impl RawAllocator for CudaRawAllocator {
     fn raw_stats(&self) -> RawStats {
         let stats = self.ledger.lock().stats;
         match self.ctx.mem_info() {
-            Ok((free, total)) => RawStats { free: Some(free), total: Some(total), ..stats },
+            Ok((free, total)) => RawStats {
+                free: Some(free),
+                total: Some(total),
+                ..stats
+            },
             Err(_) => stats,
         }
     }

@@ -28,7 +28,9 @@ pub(crate) fn check_live(native: u64) -> Result<()> {
     if native == 0 || LIVE.lock().as_ref().is_some_and(|s| s.contains(&native)) {
         Ok(())
     } else {
-        Err(ArenaError::Released { what: "the stream".into() })
+        Err(ArenaError::Released {
+            what: "the stream".into(),
+        })
     }
 }
 
@@ -73,7 +75,10 @@ impl CudaStream {
         let s = driver::stream_create()?;
         let native = driver::stream_to_u64(s);
         LIVE.lock().get_or_insert_with(HashSet::new).insert(native);
-        Ok(CudaStream { ctx, logical: Stream::with_native(native) })
+        Ok(CudaStream {
+            ctx,
+            logical: Stream::with_native(native),
+        })
     }
 
     fn raw(&self) -> driver::CUstream {
@@ -94,9 +99,15 @@ impl CudaStream {
     pub fn record(&self) -> Result<CudaEvent> {
         self.ctx.make_current()?;
         let ev = driver::event_create()?;
-        let handle = Arc::new(EventHandle { ctx: self.ctx.clone(), ev: ev as usize });
+        let handle = Arc::new(EventHandle {
+            ctx: self.ctx.clone(),
+            ev: ev as usize,
+        });
         driver::event_record(ev, self.raw())?;
-        Ok(CudaEvent { handle, logical: self.logical.record() })
+        Ok(CudaEvent {
+            handle,
+            logical: self.logical.record(),
+        })
     }
 
     /// Makes this stream wait for `event` on the GPU, and for the arena.
