@@ -1,6 +1,10 @@
-//! C ABI of cuda-arena for C/C++ hosts and other languages' bindings.
-//!
-//! The C ABI lands with issue 4.
-#![deny(unsafe_code)]
+//! The C ABI of `include/cuda_arena.h`. Every entry point catches panics and reports failure
+//! by return value plus a per-thread last error; pointers from C are checked for NULL, and
+//! allocator handles are only dereferenced as the boxes `cuda_arena_create` made.
+#![allow(unsafe_code)]
 
-pub use arena_core::{Allocator, ArenaError, RawAllocator};
+mod codes;
+mod handle;
+
+pub use codes::*;
+pub use handle::*;

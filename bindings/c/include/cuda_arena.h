@@ -1,0 +1,61 @@
+/* cuda-arena C ABI: ONNX Runtime's BFC arena, the CUDA memory pool and simulated devices,
+ * for C/C++ hosts and other languages' bindings. No function unwinds or aborts: failures are
+ * a NULL pointer or a non-zero code, and cuda_arena_last_error() says why (per thread). */
+#ifndef CUDA_ARENA_H
+#define CUDA_ARENA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Return codes; they mirror the JavaScript error codes (ERR_ARENA_OUT_OF_MEMORY, ...). */
+#define CUDA_ARENA_OK 0
+#define CUDA_ARENA_ERR_OUT_OF_MEMORY 1
+#define CUDA_ARENA_ERR_INVALID_CONFIG 2
+#define CUDA_ARENA_ERR_INVALID_ARGUMENT 3
+#define CUDA_ARENA_ERR_UNKNOWN_POINTER 4
+#define CUDA_ARENA_ERR_RELEASED 5
+#define CUDA_ARENA_ERR_NO_CUDA 6
+#define CUDA_ARENA_ERR_CUDA 7
+#define CUDA_ARENA_ERR_PANIC 8 /* an internal bug was caught; the allocator is unchanged */
+
+typedef struct cuda_arena_allocator cuda_arena_allocator;
+
+/* ONNX Runtime's GetStats values; limit is -1 when unlimited. */
+typedef struct {
+  int64_t limit;
+  uint64_t in_use, total_allocated, max_in_use, num_allocs, num_reserves,
+      num_arena_extensions, num_arena_shrinkages, max_alloc_size, requested_in_use, reserved_bytes;
+} cuda_arena_stats;
+
+/* backend: "cuda" | "host" | "virtual"; memory: "Cuda" | "CudaPinned" | "Cpu";
+ * keys/values: n arena.* pairs (may be NULL when n is 0). Allocators of one backend, memory
+ * and device share one arena, as in ONNX Runtime's CUDA plugin; each create is one user.
+ * Returns NULL and writes the reason to err (when err_len > 0) on failure. */
+cuda_arena_allocator* cuda_arena_create(const char* backend, const char* memory, int device_id,
+                                        const char* const* keys, const char* const* values,
+                                        size_t n, char* err, size_t err_len);
+/* NULL for size 0 and on failure (then cuda_arena_last_error_code() is non-zero). */
+void* cuda_arena_alloc(cuda_arena_allocator* a, size_t size);
+/* cu_stream: a CUstream (cuda backend) or any non-NULL token naming a stream. */
+void* cuda_arena_alloc_on_stream(cuda_arena_allocator* a, size_t size, void* cu_stream);
+void* cuda_arena_reserve(cuda_arena_allocator* a, size_t size);
+int cuda_arena_free(cuda_arena_allocator* a, void* p); /* free(NULL) is CUDA_ARENA_OK */
+int cuda_arena_shrink(cuda_arena_allocator* a);
+int cuda_arena_get_stats(const cuda_arena_allocator* a, cuda_arena_stats* out);
+/* One user fewer; the last destroy returns all memory. NULL is ignored. */
+void cuda_arena_destroy(cuda_arena_allocator* a);
+
+/* The last failure on this thread: its code (CUDA_ARENA_OK if none) and its message, copied
+ * into buf (NUL-terminated, truncated to len). Returns the message length. */
+int cuda_arena_last_error_code(void);
+size_t cuda_arena_last_error(char* buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CUDA_ARENA_H */

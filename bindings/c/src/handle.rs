@@ -1,0 +1,333 @@
+//! Allocator handles and the entry points that use them.
+
+use crate::codes::*;
+use arena_core::{
+    named_factory, Allocator, AllocatorStats, ArenaConfig, ArenaError, Factory, MemoryInfo,
+    MemoryKind, SimBackend, SimKind, Stream,
+};
+use cuda_sys_bridge::CudaBackend;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+/// What a `cuda_arena_allocator*` points at.
+#[derive(Debug)]
+pub struct Handle {
+    factory: Arc<Factory>,
+    allocator: Arc<dyn Allocator>,
+    /// One logical stream per `CUstream` (or token) seen, so sync ids persist per stream.
+    streams: Mutex<HashMap<usize, Stream>>,
+}
+
+/// Opaque to C.
+#[allow(non_camel_case_types)]
+pub type cuda_arena_allocator = Handle;
+
+/// The C layout of `cuda_arena_stats`.
+#[repr(C)]
+#[allow(non_camel_case_types)]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct cuda_arena_stats {
+    pub limit: i64,
+    pub in_use: u64,
+    pub total_allocated: u64,
+    pub max_in_use: u64,
+    pub num_allocs: u64,
+    pub num_reserves: u64,
+    pub num_arena_extensions: u64,
+    pub num_arena_shrinkages: u64,
+    pub max_alloc_size: u64,
+    pub requested_in_use: u64,
+    pub reserved_bytes: u64,
+}
+
+impl From<AllocatorStats> for cuda_arena_stats {
+    fn from(s: AllocatorStats) -> Self {
+        cuda_arena_stats {
+            limit: s.limit,
+            in_use: s.in_use,
+            total_allocated: s.total_allocated,
+            max_in_use: s.max_in_use,
+            num_allocs: s.num_allocs,
+            num_reserves: s.num_reserves,
+            num_arena_extensions: s.num_arena_extensions,
+            num_arena_shrinkages: s.num_arena_shrinkages,
+            max_alloc_size: s.max_alloc_size,
+            requested_in_use: s.requested_in_use,
+            reserved_bytes: s.reserved_bytes,
+        }
+    }
+}
+
+fn invalid(reason: impl Into<String>) -> ArenaError {
+    ArenaError::InvalidArgument {
+        reason: reason.into(),
+    }
+}
+
+/// Runs `f` with panics caught; a panic becomes `CUDA_ARENA_ERR_PANIC` and `on_panic`.
+fn guard<T>(on_panic: T, f: impl FnOnce() -> T) -> T {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(v) => v,
+        Err(_) => {
+            set_last(
+                CUDA_ARENA_ERR_PANIC,
+                "an internal error was caught at the C boundary".into(),
+            );
+            on_panic
+        }
+    }
+}
+
+/// # Safety
+/// `p` is NULL or a NUL-terminated string valid for the call.
+unsafe fn str_arg<'a>(p: *const c_char, name: &str) -> Result<&'a str, ArenaError> {
+    if p.is_null() {
+        return Err(invalid(format!("{name} is NULL")));
+    }
+    // SAFETY: non-NULL and NUL-terminated per the contract above.
+    unsafe { CStr::from_ptr(p) }
+        .to_str()
+        .map_err(|_| invalid(format!("{name} is not UTF-8")))
+}
+
+fn factory_for(backend: &str) -> Result<Arc<Factory>, ArenaError> {
+    let name = format!("c-abi-{backend}");
+    match backend {
+        "cuda" => named_factory(&name, "cuda", || {
+            Ok(Factory::new(name.clone(), Arc::new(CudaBackend::new()?)))
+        }),
+        "host" => named_factory(&name, "host", || {
+            Ok(Factory::new(
+                name.clone(),
+                Arc::new(SimBackend::new(SimKind::Host, &[])),
+            ))
+        }),
+        "virtual" => named_factory(&name, "virtual", || {
+            Ok(Factory::new(
+                name.clone(),
+                Arc::new(SimBackend::new(SimKind::Virtual, &[])),
+            ))
+        }),
+        other => Err(invalid(format!(
+            "backend must be 'cuda', 'host' or 'virtual', got {other:?}"
+        ))),
+    }
+}
+
+/// # Safety
+/// As `cuda_arena_create`.
+unsafe fn create(
+    backend: *const c_char,
+    memory: *const c_char,
+    device_id: c_int,
+    keys: *const *const c_char,
+    values: *const *const c_char,
+    n: usize,
+) -> Result<Box<Handle>, ArenaError> {
+    // SAFETY: forwarded from the caller's contract.
+    let backend = unsafe { str_arg(backend, "backend") }?;
+    // SAFETY: as above.
+    let memory = unsafe { str_arg(memory, "memory") }?;
+    let kind = MemoryKind::from_name(memory).ok_or_else(|| {
+        invalid(format!(
+            "memory must be Cuda, CudaPinned or Cpu, got {memory:?}"
+        ))
+    })?;
+    let device = u32::try_from(device_id)
+        .map_err(|_| invalid(format!("device_id {device_id} is negative")))?;
+    if n > 0 && (keys.is_null() || values.is_null()) {
+        return Err(invalid("keys or values is NULL with n > 0"));
+    }
+    let mut pairs = Vec::with_capacity(n);
+    for i in 0..n {
+        // SAFETY: the caller gives `n` key and value pointers.
+        let (k, v) = unsafe { (*keys.add(i), *values.add(i)) };
+        // SAFETY: each is a NUL-terminated string per the contract.
+        let (k, v) = unsafe { (str_arg(k, "key")?, str_arg(v, "value")?) };
+        pairs.push((k, v));
+    }
+    let config = ArenaConfig::from_pairs(pairs)?;
+    let factory = factory_for(backend)?;
+    let created = factory.create_allocator(MemoryInfo::new(kind, device), Some(&config))?;
+    Ok(Box::new(Handle {
+        factory,
+        allocator: created.allocator,
+        streams: Mutex::new(HashMap::new()),
+    }))
+}
+
+/// Creates (or joins) the shared allocator; NULL and `err` on failure.
+///
+/// # Safety
+/// `backend` and `memory` are NUL-terminated strings; `keys` and `values` point at `n`
+/// NUL-terminated strings each (or may be NULL when `n` is 0); `err` has room for `err_len`
+/// bytes (or is NULL).
+#[no_mangle]
+pub unsafe extern "C" fn cuda_arena_create(
+    backend: *const c_char,
+    memory: *const c_char,
+    device_id: c_int,
+    keys: *const *const c_char,
+    values: *const *const c_char,
+    n: usize,
+    err: *mut c_char,
+    err_len: usize,
+) -> *mut cuda_arena_allocator {
+    guard(std::ptr::null_mut(), || {
+        // SAFETY: forwarded from this function's contract.
+        match unsafe { create(backend, memory, device_id, keys, values, n) } {
+            Ok(h) => {
+                clear_last();
+                Box::into_raw(h)
+            }
+            Err(e) => {
+                fail(&e);
+                copy_out(&format!("{}: {e}", e.code()), err, err_len);
+                std::ptr::null_mut()
+            }
+        }
+    })
+}
+
+/// # Safety
+/// `a` is NULL or a live pointer from `cuda_arena_create`.
+unsafe fn handle<'a>(a: *const cuda_arena_allocator) -> Result<&'a Handle, ArenaError> {
+    // SAFETY: per the contract, a non-NULL `a` is a live box made by `cuda_arena_create`.
+    unsafe { a.as_ref() }.ok_or_else(|| invalid("the allocator is NULL"))
+}
+
+fn addr_out(r: Result<Option<u64>, ArenaError>) -> *mut c_void {
+    match r {
+        Ok(a) => {
+            clear_last();
+            a.unwrap_or(0) as usize as *mut c_void
+        }
+        Err(e) => {
+            fail(&e);
+            std::ptr::null_mut()
+        }
+    }
+}
+
+fn code_out(r: Result<(), ArenaError>) -> i32 {
+    match r {
+        Ok(()) => {
+            clear_last();
+            CUDA_ARENA_OK
+        }
+        Err(e) => fail(&e),
+    }
+}
+
+/// # Safety
+/// `a` is NULL or a live pointer from `cuda_arena_create`.
+#[no_mangle]
+pub unsafe extern "C" fn cuda_arena_alloc(
+    a: *mut cuda_arena_allocator,
+    size: usize,
+) -> *mut c_void {
+    // SAFETY: forwarded from this function's contract.
+    guard(std::ptr::null_mut(), || {
+        addr_out(unsafe { handle(a) }.and_then(|h| h.allocator.alloc(size as u64)))
+    })
+}
+
+/// # Safety
+/// `a` is NULL or a live pointer from `cuda_arena_create`; `cu_stream` is a `CUstream` of the
+/// allocator's device (cuda backend) or any non-NULL token (host, virtual).
+#[no_mangle]
+pub unsafe extern "C" fn cuda_arena_alloc_on_stream(
+    a: *mut cuda_arena_allocator,
+    size: usize,
+    cu_stream: *mut c_void,
+) -> *mut c_void {
+    guard(std::ptr::null_mut(), || {
+        // SAFETY: forwarded from this function's contract.
+        let r = unsafe { handle(a) }.and_then(|h| {
+            if cu_stream.is_null() {
+                return h.allocator.alloc(size as u64);
+            }
+            let stream = h
+                .streams
+                .lock()
+                .entry(cu_stream as usize)
+                .or_insert_with(|| Stream::with_native(cu_stream as u64))
+                .clone();
+            h.allocator.alloc_on_stream(size as u64, &stream)
+        });
+        addr_out(r)
+    })
+}
+
+/// # Safety
+/// `a` is NULL or a live pointer from `cuda_arena_create`.
+#[no_mangle]
+pub unsafe extern "C" fn cuda_arena_reserve(
+    a: *mut cuda_arena_allocator,
+    size: usize,
+) -> *mut c_void {
+    // SAFETY: forwarded from this function's contract.
+    guard(std::ptr::null_mut(), || {
+        addr_out(unsafe { handle(a) }.and_then(|h| h.allocator.reserve(size as u64)))
+    })
+}
+
+/// # Safety
+/// `a` is NULL or a live pointer from `cuda_arena_create`.
+#[no_mangle]
+pub unsafe extern "C" fn cuda_arena_free(a: *mut cuda_arena_allocator, p: *mut c_void) -> c_int {
+    // SAFETY: forwarded from this function's contract.
+    guard(CUDA_ARENA_ERR_PANIC, || {
+        code_out(unsafe { handle(a) }.and_then(|h| h.allocator.free(p as usize as u64)))
+    })
+}
+
+/// # Safety
+/// `a` is NULL or a live pointer from `cuda_arena_create`.
+#[no_mangle]
+pub unsafe extern "C" fn cuda_arena_shrink(a: *mut cuda_arena_allocator) -> c_int {
+    // SAFETY: forwarded from this function's contract.
+    guard(CUDA_ARENA_ERR_PANIC, || {
+        code_out(unsafe { handle(a) }.and_then(|h| h.allocator.shrink()))
+    })
+}
+
+/// # Safety
+/// `a` is NULL or a live pointer from `cuda_arena_create`; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn cuda_arena_get_stats(
+    a: *const cuda_arena_allocator,
+    out: *mut cuda_arena_stats,
+) -> c_int {
+    guard(CUDA_ARENA_ERR_PANIC, || {
+        // SAFETY: forwarded from this function's contract.
+        let r = unsafe { handle(a) }.and_then(|h| {
+            if out.is_null() {
+                return Err(invalid("out is NULL"));
+            }
+            // SAFETY: `out` is non-NULL and writable per the contract.
+            unsafe { out.write(h.allocator.stats().into()) };
+            Ok(())
+        });
+        code_out(r)
+    })
+}
+
+/// One user fewer; the last destroy returns all memory. NULL is ignored.
+///
+/// # Safety
+/// `a` is NULL or a pointer from `cuda_arena_create` not destroyed before.
+#[no_mangle]
+pub unsafe extern "C" fn cuda_arena_destroy(a: *mut cuda_arena_allocator) {
+    guard((), || {
+        if a.is_null() {
+            return;
+        }
+        // SAFETY: `a` came from `Box::into_raw` in `cuda_arena_create` and is destroyed once.
+        let h = unsafe { Box::from_raw(a) };
+        h.factory.release_allocator(&h.allocator);
+    })
+}
