@@ -229,9 +229,10 @@ pub unsafe extern "C" fn cuda_arena_alloc(
     a: *mut cuda_arena_allocator,
     size: usize,
 ) -> *mut c_void {
-    // SAFETY: forwarded from this function's contract.
     guard(std::ptr::null_mut(), || {
-        addr_out(unsafe { handle(a) }.and_then(|h| h.allocator.alloc(size as u64)))
+        // SAFETY: forwarded from this function's contract.
+        let h = unsafe { handle(a) };
+        addr_out(h.and_then(|h| h.allocator.alloc(size as u64)))
     })
 }
 
@@ -269,9 +270,10 @@ pub unsafe extern "C" fn cuda_arena_reserve(
     a: *mut cuda_arena_allocator,
     size: usize,
 ) -> *mut c_void {
-    // SAFETY: forwarded from this function's contract.
     guard(std::ptr::null_mut(), || {
-        addr_out(unsafe { handle(a) }.and_then(|h| h.allocator.reserve(size as u64)))
+        // SAFETY: forwarded from this function's contract.
+        let h = unsafe { handle(a) };
+        addr_out(h.and_then(|h| h.allocator.reserve(size as u64)))
     })
 }
 
@@ -279,9 +281,10 @@ pub unsafe extern "C" fn cuda_arena_reserve(
 /// `a` is NULL or a live pointer from `cuda_arena_create`.
 #[no_mangle]
 pub unsafe extern "C" fn cuda_arena_free(a: *mut cuda_arena_allocator, p: *mut c_void) -> c_int {
-    // SAFETY: forwarded from this function's contract.
     guard(CUDA_ARENA_ERR_PANIC, || {
-        code_out(unsafe { handle(a) }.and_then(|h| h.allocator.free(p as usize as u64)))
+        // SAFETY: forwarded from this function's contract.
+        let h = unsafe { handle(a) };
+        code_out(h.and_then(|h| h.allocator.free(p as usize as u64)))
     })
 }
 
@@ -289,9 +292,10 @@ pub unsafe extern "C" fn cuda_arena_free(a: *mut cuda_arena_allocator, p: *mut c
 /// `a` is NULL or a live pointer from `cuda_arena_create`.
 #[no_mangle]
 pub unsafe extern "C" fn cuda_arena_shrink(a: *mut cuda_arena_allocator) -> c_int {
-    // SAFETY: forwarded from this function's contract.
     guard(CUDA_ARENA_ERR_PANIC, || {
-        code_out(unsafe { handle(a) }.and_then(|h| h.allocator.shrink()))
+        // SAFETY: forwarded from this function's contract.
+        let h = unsafe { handle(a) };
+        code_out(h.and_then(|h| h.allocator.shrink()))
     })
 }
 
