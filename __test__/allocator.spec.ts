@@ -184,3 +184,21 @@ test('allocatedSize and requestedSize answer for a live pointer', (t) => {
   t.is(a.allocatedSize(p), 256n)
   t.is(a.alloc(0), null)
 })
+
+test('a stream view frees and reports like its allocator', (t) => {
+  const f = factory('virtual')
+  const a = f.createAllocator({ name: 'Cuda' })
+  const v = a.withStream(f.createStream())
+  const p = v.alloc(256)!
+  t.is(v.requestedSize(p), 256n)
+  v.free(p)
+  t.is(v.getStats().inUse, 0n)
+  t.is(a.getStats().inUse, 0n)
+})
+
+test('a bigint of exactly 2^64 is no address, though it wraps to 0 in 64 bits', (t) => {
+  const a = factory('virtual').createAllocator({ name: 'Cuda' })
+  const before = snapshot(a)
+  throwsCode(t, () => a.free(2n ** 64n), 'ERR_ARENA_UNKNOWN_POINTER')
+  t.deepEqual(snapshot(a), before)
+})

@@ -12,8 +12,6 @@ export function toSize(size: unknown, name = 'size'): bigint {
   throw invalidArgument(name, size, 'must be a non-negative safe integer or a bigint')
 }
 
-const U64_END = 2n ** 64n
-
 function isSafeSize(size: unknown): size is number {
   return typeof size === 'number' && Number.isSafeInteger(size) && size >= 0
 }
@@ -47,8 +45,7 @@ export class AllocatorImpl implements OrtAllocator {
         scratchF64[1] = size
         scratchF64[3] = s.handle()
         fastAllocOnStream()
-        const p = scratchU64[2]
-        return p === 0n ? null : p
+        return scratchF64[2] === 0 ? null : scratchU64[2]
       }
       this.resetChunksUsingStream = (stream) => native.resetChunksUsingStream(nativeStream(stream))
     }
@@ -61,15 +58,19 @@ export class AllocatorImpl implements OrtAllocator {
     scratchF64[0] = this.#handle
     scratchF64[1] = size
     fastAlloc()
-    const p = scratchU64[2]
-    return p === 0n ? null : p
+    // Read the word as a double first: 0 means null, and no bigint is made for it.
+    return scratchF64[2] === 0 ? null : scratchU64[2]
   }
   free(p: bigint | null): void {
     // free(null) and free(0n) are no-ops, but still throw on a released handle.
     const addr = p === null ? 0n : toAddr(p)
-    if (addr < 0n || addr >= U64_END) return this.native.free(addr)
     scratchF64[0] = this.#handle
+    // A bigint outside 0 … 2^64−1 wraps when stored: a negative one or one past 2^64 then
+    // names no live allocation and the native side refuses it, except a multiple of 2^64,
+    // which would wrap to 0 (free of nothing): that one goes the checked way. Reading the
+    // word as a double makes no bigint.
     scratchU64[1] = addr
+    if (scratchF64[1] === 0 && addr !== 0n) return this.native.free(addr)
     fastFree()
   }
   reserve(size: Size): bigint | null {
@@ -95,9 +96,15 @@ export class AllocatorImpl implements OrtAllocator {
   withStream(stream: Stream): OrtAllocator {
     nativeStream(stream)
     if (!this.allocOnStream) throw invalidArgument('stream', stream, 'cannot be used: this allocator is not stream-aware')
-    const view = Object.create(this) as AllocatorImpl
-    view.alloc = (size: Size): bigint | null => this.allocOnStream!(size, stream)
-    return view
+    const allocOnStream = this.allocOnStream
+    // A proxy rather than a copy, so every other method runs on this allocator itself.
+    return new Proxy(this, {
+      get(target, prop) {
+        if (prop === 'alloc') return (size: Size): bigint | null => allocOnStream(size, stream)
+        const v: unknown = Reflect.get(target, prop, target)
+        return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v
+      },
+    })
   }
   allocatedSize(p: bigint): bigint {
     return this.native.allocatedSize(toAddr(p))

@@ -12,6 +12,15 @@ export const scratchF64 = new Float64Array(buffer)
 export const scratchU64 = new BigUint64Array(buffer)
 native.fastInit(buffer)
 
-export const fastAlloc = native.fastAlloc
-export const fastAllocOnStream = native.fastAllocOnStream
-export const fastFree = native.fastFree
+/** The same three calls registered by hand (bindings/node/src/fast.rs): no argument handling
+ * at all on the native side. Not in the generated typings, so typed here. */
+interface RawFastPath {
+  rawFastAlloc(): void
+  rawFastAllocOnStream(): void
+  rawFastFree(): void
+}
+const raw = native as unknown as Partial<RawFastPath>
+
+export const fastAlloc: () => void = raw.rawFastAlloc ?? native.fastAlloc
+export const fastAllocOnStream: () => void = raw.rawFastAllocOnStream ?? native.fastAllocOnStream
+export const fastFree: () => void = raw.rawFastFree ?? native.fastFree

@@ -174,3 +174,80 @@ pub fn fast_free() -> Result<()> {
         a.free(w[1]).map_err(js)
     })
 }
+
+/// What napi-rs's wrapper would do around `fast_*`, done by hand: these callbacks read no
+/// arguments, so they ask Node for nothing and return `undefined` as a null value. That
+/// takes the remaining per-call cost down to Node's own dispatch. Errors throw with the code.
+type RawCallback = unsafe extern "C" fn(sys::napi_env, sys::napi_callback_info) -> sys::napi_value;
+
+/// Runs `op` with panics caught; on an error throws a JS error with its code.
+fn raw_call(env: sys::napi_env, op: fn() -> Result<()>) -> sys::napi_value {
+    let outcome = std::panic::catch_unwind(op)
+        .unwrap_or_else(|_| Err(invalid("an internal error was caught")));
+    if let Err(e) = outcome {
+        let code = std::ffi::CString::new(e.status).unwrap_or_default();
+        let msg = std::ffi::CString::new(e.reason.replace('\0', " ")).unwrap_or_default();
+        // SAFETY: `env` is the live environment of this call; both strings are NUL-terminated.
+        unsafe { sys::napi_throw_error(env, code.as_ptr(), msg.as_ptr()) };
+    }
+    std::ptr::null_mut()
+}
+
+unsafe extern "C" fn raw_fast_alloc(
+    env: sys::napi_env,
+    _: sys::napi_callback_info,
+) -> sys::napi_value {
+    raw_call(env, fast_alloc)
+}
+
+unsafe extern "C" fn raw_fast_alloc_on_stream(
+    env: sys::napi_env,
+    _: sys::napi_callback_info,
+) -> sys::napi_value {
+    raw_call(env, fast_alloc_on_stream)
+}
+
+unsafe extern "C" fn raw_fast_free(
+    env: sys::napi_env,
+    _: sys::napi_callback_info,
+) -> sys::napi_value {
+    raw_call(env, fast_free)
+}
+
+/// Adds `rawFastAlloc`, `rawFastAllocOnStream` and `rawFastFree` to the module's exports.
+#[napi(module_exports)]
+pub fn register_raw_fast_path(
+    exports: napi::bindgen_prelude::Object,
+    env: Env,
+) -> napi::Result<()> {
+    let table: [(&std::ffi::CStr, RawCallback); 3] = [
+        (c"rawFastAlloc", raw_fast_alloc),
+        (c"rawFastAllocOnStream", raw_fast_alloc_on_stream),
+        (c"rawFastFree", raw_fast_free),
+    ];
+    for (name, cb) in table {
+        let mut f = std::ptr::null_mut();
+        // SAFETY: `env` is live during module registration; the name is NUL-terminated and
+        // its length is given; `cb` has the callback signature Node expects.
+        let status = unsafe {
+            sys::napi_create_function(
+                env.raw(),
+                name.as_ptr(),
+                name.to_bytes().len() as isize,
+                Some(cb),
+                std::ptr::null_mut(),
+                &mut f,
+            )
+        };
+        if status != sys::Status::napi_ok {
+            return Err(napi::Error::from_reason("napi_create_function failed"));
+        }
+        // SAFETY: `exports` is the module's live exports object; `f` was just created.
+        let status =
+            unsafe { sys::napi_set_named_property(env.raw(), exports.raw(), name.as_ptr(), f) };
+        if status != sys::Status::napi_ok {
+            return Err(napi::Error::from_reason("napi_set_named_property failed"));
+        }
+    }
+    Ok(())
+}
