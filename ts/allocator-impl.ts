@@ -12,10 +12,6 @@ export function toSize(size: unknown, name = 'size'): bigint {
   throw invalidArgument(name, size, 'must be a non-negative safe integer or a bigint')
 }
 
-function isSafeSize(size: unknown): size is number {
-  return typeof size === 'number' && Number.isSafeInteger(size) && size >= 0
-}
-
 function toAddr(p: unknown): bigint {
   if (typeof p !== 'bigint') throw invalidArgument('pointer', p, 'must be a bigint')
   return p
@@ -40,7 +36,7 @@ export class AllocatorImpl implements OrtAllocator {
     if (native.isStreamAware()) {
       this.allocOnStream = (size, stream) => {
         const s = nativeStream(stream)
-        if (!isSafeSize(size)) return native.allocOnStream(toSize(size), s)
+        if (typeof size !== 'number') return native.allocOnStream(toSize(size), s)
         scratchF64[0] = this.#handle
         scratchF64[1] = size
         scratchF64[3] = s.handle()
@@ -53,8 +49,9 @@ export class AllocatorImpl implements OrtAllocator {
   }
 
   alloc(size: Size): bigint | null {
-    // Numbers take the fast path; bigints (and anything malformed) the checked one.
-    if (!isSafeSize(size)) return this.native.allocBig(toSize(size))
+    // Numbers take the fast path, which refuses any that is not a non-negative safe integer;
+    // bigints (and anything else) the checked one.
+    if (typeof size !== 'number') return this.native.allocBig(toSize(size))
     scratchF64[0] = this.#handle
     scratchF64[1] = size
     fastAlloc()
