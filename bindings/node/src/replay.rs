@@ -130,3 +130,125 @@ pub fn native_pair_ns(allocator: &NativeAllocator, size: f64, iterations: u32) -
     }
     Ok(start.elapsed().as_nanos() as f64 / f64::from(iterations.max(1)))
 }
+
+/// One config's replay of a trace file, for `cuda-arena replay`.
+#[napi(object)]
+pub struct JsFileReplay {
+    /// The config as full `arena.*` pairs, `[key, value]`.
+    pub config: Vec<Vec<String>>,
+    pub ops: f64,
+    pub peak_requested: f64,
+    pub peak_held: f64,
+    pub failed_allocs: f64,
+    pub elapsed_ns: f64,
+    pub stats: crate::convert::JsStats,
+    /// `[op, held, inUse, requested]` every so many ops.
+    pub samples: Vec<Vec<f64>>,
+    /// Regions and chunks after the replay.
+    pub memory_log: crate::convert::JsMemoryLog,
+}
+
+/// A trace file replayed under one or more configs.
+#[napi(object)]
+pub struct JsFileReplays {
+    pub lines_skipped: Vec<String>,
+    pub parse_ns: f64,
+    pub runs: Vec<JsFileReplay>,
+}
+
+/// Reads and parses the trace at `path` (JSON lines), then replays it through a fresh
+/// allocator per config on `backend` (`virtual` or `cuda`), reading the stats `samples` times.
+#[napi(catch_unwind)]
+pub fn replay_trace_file(
+    path: String,
+    backend: String,
+    configs: Vec<std::collections::HashMap<String, String>>,
+    lenient: bool,
+    samples: u32,
+) -> Result<JsFileReplays> {
+    use arena_core::trace::replay_sampled;
+    use arena_core::trace_format::parse_trace;
+    use arena_core::{Allocator, Arena, ArenaConfig, Backend, MemoryKind, SimBackend, SimKind};
+    let started = std::time::Instant::now();
+    let text =
+        std::fs::read_to_string(&path).map_err(|e| invalid(format!("cannot read {path}: {e}")))?;
+    let parsed = parse_trace(&text, lenient).map_err(|e| invalid(format!("{path}:{e}")))?;
+    let parse_ns = started.elapsed().as_nanos() as f64;
+    let mut runs = Vec::new();
+    for pairs in configs {
+        let mut sorted: Vec<_> = pairs.into_iter().collect();
+        sorted.sort();
+        let config = ArenaConfig::from_pairs(sorted).map_err(js)?;
+        let backend_impl: std::sync::Arc<dyn Backend> = match backend.as_str() {
+            "virtual" => std::sync::Arc::new(SimBackend::new(SimKind::Virtual, &[])),
+            "cuda" => std::sync::Arc::new(cuda_sys_bridge::CudaBackend::new().map_err(js)?),
+            other => {
+                return Err(invalid(format!(
+                    "backend must be 'cuda' or 'virtual', got {other:?}"
+                )))
+            }
+        };
+        let every = (parsed.ops.len() / samples.max(1) as usize).max(1);
+        // A pass that reads the stats after every allocation finds the exact peak held; the
+        // timed pass, on a fresh arena, reads them only for the samples.
+        let peak = {
+            let raw = backend_impl.raw(MemoryKind::Cuda, 0).map_err(js)?;
+            let arena = Arena::new(raw, config.clone()).map_err(js)?;
+            replay_sampled(&arena, &parsed.ops, &[], true, 0)
+                .map_err(js)?
+                .0
+        };
+        let raw = backend_impl.raw(MemoryKind::Cuda, 0).map_err(js)?;
+        let arena = Arena::new(raw, config.clone()).map_err(js)?;
+        let (mut r, s) = replay_sampled(&arena, &parsed.ops, &[], false, every).map_err(js)?;
+        r.peak_held = peak.peak_held;
+        runs.push(JsFileReplay {
+            config: config
+                .to_pairs()
+                .into_iter()
+                .map(|(k, v)| vec![k.to_string(), v])
+                .collect(),
+            ops: r.ops as f64,
+            peak_requested: r.peak_requested as f64,
+            peak_held: r.peak_held as f64,
+            failed_allocs: r.failed_allocs as f64,
+            elapsed_ns: r.elapsed_ns as f64,
+            stats: arena.stats().into(),
+            samples: s
+                .iter()
+                .map(|x| {
+                    vec![
+                        x.op as f64,
+                        x.held as f64,
+                        x.in_use as f64,
+                        x.requested as f64,
+                    ]
+                })
+                .collect(),
+            memory_log: arena.memory_log().into(),
+        });
+    }
+    Ok(JsFileReplays {
+        lines_skipped: parsed
+            .skipped
+            .iter()
+            .map(|e| format!("{path}:{e}"))
+            .collect(),
+        parse_ns,
+        runs,
+    })
+}
+
+/// Writes a generated trace of `kind` (`inference`, `mixed`, `small`, `growing`) to `path`.
+#[napi(catch_unwind)]
+pub fn write_trace_file(path: String, kind: String, ops: u32, seed: f64) -> Result<f64> {
+    let trace =
+        arena_core::trace::named_trace(&kind, ops as usize, seed as u64).ok_or_else(|| {
+            invalid(format!(
+                "trace kind must be inference, mixed, small or growing, got {kind:?}"
+            ))
+        })?;
+    std::fs::write(&path, arena_core::trace_format::format_trace(&trace))
+        .map_err(|e| invalid(format!("cannot write {path}: {e}")))?;
+    Ok(trace.len() as f64)
+}

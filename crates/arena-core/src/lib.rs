@@ -22,6 +22,7 @@ mod region;
 mod stats;
 mod stream;
 pub mod trace;
+pub mod trace_format;
 
 /// The repository README's Rust examples, compiled and run as doctests so they stay true.
 #[cfg(doctest)]

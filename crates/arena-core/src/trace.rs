@@ -286,6 +286,33 @@ pub fn replay(
     streams: &[Stream],
     track_peaks: bool,
 ) -> Result<ReplayReport> {
+    replay_sampled(allocator, trace, streams, track_peaks, 0).map(|(r, _)| r)
+}
+
+/// Memory over time during a replay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sample {
+    /// Operations done so far.
+    pub op: u64,
+    /// Bytes held from the raw allocator (`TotalAllocated`).
+    pub held: u64,
+    /// Bytes handed out (`InUse`).
+    pub in_use: u64,
+    /// Bytes asked for by live allocations.
+    pub requested: u64,
+}
+
+/// [`replay`], also reading the stats every `sample_every` operations (0: never; the reads
+/// are inside the timed loop, so sample sparsely when timing matters). The last sample is
+/// taken after the last operation.
+pub fn replay_sampled(
+    allocator: &dyn Allocator,
+    trace: &[TraceOp],
+    streams: &[Stream],
+    track_peaks: bool,
+    sample_every: usize,
+) -> Result<(ReplayReport, Vec<Sample>)> {
+    let mut samples = Vec::new();
     /// A slot with nothing live: `(address, size)` with an impossible size.
     const EMPTY: (u64, u64) = (0, u64::MAX);
     let (steps, slots) = compile(trace)?;
@@ -331,6 +358,17 @@ pub fn replay(
                 Step::Nothing => {}
             }
             report.ops += 1;
+            if sample_every > 0
+                && (report.ops % sample_every as u64 == 0 || report.ops == steps.len() as u64)
+            {
+                let st = allocator.stats();
+                samples.push(Sample {
+                    op: report.ops,
+                    held: st.total_allocated,
+                    in_use: st.in_use,
+                    requested,
+                });
+            }
         }
         Ok(())
     })();
@@ -340,7 +378,7 @@ pub fn replay(
             allocator.free(addr)?;
         }
     }
-    result.map(|()| report)
+    result.map(|()| (report, samples))
 }
 
 #[cfg(test)]

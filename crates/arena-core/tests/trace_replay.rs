@@ -146,3 +146,17 @@ fn traces_replay_through_any_allocator() {
     assert_eq!(report.ops, 2_000);
     assert_eq!(plain.stats().in_use, 0);
 }
+
+#[test]
+fn sampled_replays_record_memory_over_time_up_to_the_last_op() {
+    let a = virtual_arena(&[]);
+    let trace = mixed_trace(1_050, 256, MIB, 50, 5);
+    let (report, samples) =
+        arena_core::trace::replay_sampled(&a, &trace, &[], false, 100).expect("replay");
+    assert_eq!(samples.len(), 11);
+    assert_eq!(samples.last().map(|s| s.op), Some(report.ops));
+    for s in &samples {
+        assert!(s.held >= s.in_use && s.in_use >= s.requested, "{s:?}");
+    }
+    assert!(samples.iter().map(|s| s.requested).max() <= Some(report.peak_requested));
+}

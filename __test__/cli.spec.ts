@@ -1,0 +1,83 @@
+import test from 'ava'
+import { spawnSync } from 'node:child_process'
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { tmpdir } from 'node:os'
+
+const root = join(__dirname, '..')
+const tsx = join(root, 'node_modules', '.bin', 'tsx')
+
+/** Runs `cuda-arena ...args` as a user would (here through tsx on the sources). */
+function cli(...args: string[]): { code: number | null; out: string; err: string } {
+  const r = spawnSync(tsx, [join(root, 'ts', 'cli.ts'), ...args], { encoding: 'utf8' })
+  return { code: r.status, out: r.stdout, err: r.stderr }
+}
+
+const dir = mkdtempSync(join(tmpdir(), 'cuda-arena-cli-'))
+
+test('every command has --help', (t) => {
+  for (const cmd of ['info', 'gen-trace', 'replay']) {
+    const r = cli(cmd, '--help')
+    t.is(r.code, 0, cmd)
+    t.regex(r.out, /Usage: cuda-arena/, cmd)
+  }
+  t.is(cli('--help').code, 0)
+  t.is(cli('frobnicate').code, 1)
+})
+
+test('info says plainly that there is no CUDA driver here', (t) => {
+  const r = cli('info')
+  t.is(r.code, 0)
+  t.regex(r.out, /No CUDA driver|GPU 0/)
+})
+
+test('gen-trace writes a trace that replay reads, and --json matches the library', (t) => {
+  const file = join(dir, 'small.jsonl')
+  t.is(cli('gen-trace', '--kind', 'small', '--ops', '5000', '--seed', '3', '-o', file).code, 0)
+  const lines = readFileSync(file, 'utf8').trim().split('\n')
+  t.is(lines.length, 5000)
+  t.deepEqual(Object.keys(JSON.parse(lines[0])), ['op', 'id', 'size', 'stream'])
+  const r = cli('replay', file, '--backend', 'virtual', '--json', '--compare', 'arena.extend_strategy=1')
+  t.is(r.code, 0, r.err)
+  const json = JSON.parse(r.out) as { runs: { ops: number; peakRequested: number; peakHeld: number; stats: { inUse: number } }[] }
+  t.is(json.runs.length, 2)
+  for (const run of json.runs) {
+    t.is(run.ops, 5000)
+    t.true(run.peakHeld >= run.peakRequested && run.peakRequested > 0)
+    t.is(run.stats.inUse, 0, 'everything freed by the end')
+  }
+})
+
+test('replay prints a table with one row per config', (t) => {
+  const r = cli('replay', '--sample', 'growing', '--backend', 'virtual', '--config', 'arena.max_dead_bytes_per_chunk=1048576', '--compare', 'arena.extend_strategy=1')
+  t.is(r.code, 0, r.err)
+  const lines = r.out.trim().split('\n')
+  t.regex(lines[1], /^config\s+peak requested\s+peak held/)
+  t.is(lines.length, 4)
+})
+
+test('a malformed line stops the replay naming the file and line; --lenient skips it', (t) => {
+  const file = join(dir, 'bad.jsonl')
+  writeFileSync(file, '{"op":"alloc","id":1,"size":4096}\n{"op":"alloc","id":2,"size":-1}\n{"op":"free","id":1}\n')
+  const r = cli('replay', file, '--backend', 'virtual')
+  t.is(r.code, 1)
+  t.true(r.err.includes(`${file}:line 2`), r.err)
+  const lenient = cli('replay', file, '--backend', 'virtual', '--lenient', '--json')
+  t.is(lenient.code, 0, lenient.err)
+  t.is((JSON.parse(lenient.out) as { linesSkipped: string[] }).linesSkipped.length, 1)
+})
+
+test('double frees and unknown ids are errors with their line', (t) => {
+  const file = join(dir, 'double.jsonl')
+  writeFileSync(file, '{"op":"alloc","id":1,"size":1}\n{"op":"free","id":1}\n{"op":"free","id":1}\n')
+  const r = cli('replay', file, '--backend', 'virtual')
+  t.is(r.code, 1)
+  t.regex(r.err, /line 3/)
+})
+
+test('an invalid --config fails before replaying, naming the key', (t) => {
+  const r = cli('replay', '--sample', 'small', '--backend', 'virtual', '--config', 'arena.max_memory=5')
+  t.is(r.code, 1)
+  t.regex(r.err, /ERR_ARENA_INVALID_CONFIG/)
+  t.regex(r.err, /arena\.max_memory/)
+})
