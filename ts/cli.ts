@@ -8,6 +8,8 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { native } from './native'
 import { cudaAvailable, devices, isArenaError } from './index'
+import { renderReport } from './report-html'
+import { writeFileSync } from 'node:fs'
 
 const KINDS = ['inference', 'mixed', 'small', 'growing'] as const
 
@@ -31,7 +33,7 @@ CUDA driver is present.`,
 Writes a trace: {"op":"alloc","id":1,"size":4096,"stream":0} / {"op":"free","id":1}, one per
 line, to FILE (default: standard output). --ops defaults to 100000, --seed to 1.`,
   replay: `Usage: cuda-arena replay TRACE|--sample NAME [--backend cuda|virtual] [--config k=v ...]
-                          [--compare 'k=v,k=v' ...] [--json] [--lenient]
+                          [--compare 'k=v,k=v' ...] [--json] [--html FILE] [--lenient]
 
 Replays the trace through a fresh arena per config and prints, per config: peak bytes
 requested, peak bytes held, held/requested, arena extensions and shrinkages, and ns/op.
@@ -40,6 +42,7 @@ requested, peak bytes held, held/requested, arena extensions and shrinkages, and
   --config k=v    an arena.* option for every config (repeatable)
   --compare LIST  another config: the --config options plus these (repeatable)
   --json          print the results as JSON
+  --html FILE     also write a page drawing memory over the replay and the final regions
   --lenient       skip malformed lines and count them instead of stopping`,
 }
 
@@ -128,7 +131,7 @@ function genTrace(args: string[]): number {
 }
 
 function replay(args: string[]): number {
-  const p = parseArgs(args, ['--sample', '--backend', '--config', '--compare'], ['--json', '--lenient'])
+  const p = parseArgs(args, ['--sample', '--backend', '--config', '--compare', '--html'], ['--json', '--lenient'])
   const sample = one(p, '--sample')
   if (p.positional.length > 1) throw new UsageError('give one trace file')
   if ((sample === undefined) === (p.positional.length === 0)) throw new UsageError('give a trace file or --sample NAME (one of them)')
@@ -143,6 +146,11 @@ function replay(args: string[]): number {
     const file = dir ? join(dir, `${sample}.jsonl`) : p.positional[0]
     if (dir && sample) native.writeTraceFile(file, sample, 100000, 1)
     const result = native.replayTraceFile(file, backend, configs, one(p, '--lenient') !== undefined, 200)
+    const html = one(p, '--html')
+    if (html) {
+      const runs = result.runs.map((r, i) => ({ label: labels[i], ops: r.ops, peakRequested: r.peakRequested, peakHeld: r.peakHeld, samples: r.samples, memoryLog: r.memoryLog }))
+      writeFileSync(html, renderReport(`cuda-arena replay of ${sample ? `sample ${sample}` : file} on ${backend}`, runs))
+    }
     if (one(p, '--json')) {
       const json = { trace: sample ? `sample:${sample}` : file, backend, linesSkipped: result.linesSkipped, runs: result.runs.map((r, i) => ({ label: labels[i], ...r })) }
       console.log(JSON.stringify(json, (_, v: unknown) => (typeof v === 'bigint' ? Number(v) : v), 2))
