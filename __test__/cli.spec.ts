@@ -81,3 +81,13 @@ test('an invalid --config fails before replaying, naming the key', (t) => {
   t.regex(r.err, /ERR_ARENA_INVALID_CONFIG/)
   t.regex(r.err, /arena\.max_memory/)
 })
+
+test('a progress bar goes to stderr on a terminal only', (t) => {
+  // `script` gives the command a terminal; the bar's delay is cut to 1 ms for the test.
+  const cmd = `${tsx} ${join(root, 'ts', 'cli.ts')} replay --sample small --backend virtual 2>&1 >/dev/null`
+  const tty = spawnSync('script', ['-qc', cmd, '/dev/null'], { encoding: 'utf8', env: { ...process.env, CUDA_ARENA_PROGRESS_AFTER_MS: '1' } })
+  t.is(tty.status, 0, tty.stderr)
+  t.regex(tty.stdout, /config 1\/1 \[#+\] 100%/)
+  const piped = cli('replay', '--sample', 'small', '--backend', 'virtual')
+  t.notRegex(piped.err, /%/, 'no bar when stderr is not a terminal')
+})

@@ -145,7 +145,10 @@ function replay(args: string[]): number {
   try {
     const file = dir ? join(dir, `${sample}.jsonl`) : p.positional[0]
     if (dir && sample) native.writeTraceFile(file, sample, 100000, 1)
-    const result = native.replayTraceFile(file, backend, configs, one(p, '--lenient') !== undefined, 200)
+    // A progress bar for replays over a second, on a terminal only. The delay can be set (for
+    // tests) with CUDA_ARENA_PROGRESS_AFTER_MS.
+    const after = process.stderr.isTTY === true ? Number(process.env.CUDA_ARENA_PROGRESS_AFTER_MS ?? 1000) : 0
+    const result = native.replayTraceFile(file, backend, configs, one(p, '--lenient') !== undefined, 200, after)
     const html = one(p, '--html')
     if (html) {
       const runs = result.runs.map((r, i) => ({ label: labels[i], ops: r.ops, peakRequested: r.peakRequested, peakHeld: r.peakHeld, samples: r.samples, memoryLog: r.memoryLog }))

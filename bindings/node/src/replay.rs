@@ -157,7 +157,8 @@ pub struct JsFileReplays {
 }
 
 /// Reads and parses the trace at `path` (JSON lines), then replays it through a fresh
-/// allocator per config on `backend` (`virtual` or `cuda`), reading the stats `samples` times.
+/// allocator per config on `backend` (`virtual` or `cuda`), reading the stats `samples` times,
+/// and drawing a progress bar on stderr for replays longer than `progress_after_ms` (0: never).
 #[napi(catch_unwind)]
 pub fn replay_trace_file(
     path: String,
@@ -165,8 +166,9 @@ pub fn replay_trace_file(
     configs: Vec<std::collections::HashMap<String, String>>,
     lenient: bool,
     samples: u32,
+    progress_after_ms: u32,
 ) -> Result<JsFileReplays> {
-    use arena_core::trace::replay_sampled;
+    use arena_core::trace::{replay_observed, replay_sampled};
     use arena_core::trace_format::parse_trace;
     use arena_core::{Allocator, Arena, ArenaConfig, Backend, MemoryKind, SimBackend, SimKind};
     let started = std::time::Instant::now();
@@ -175,6 +177,7 @@ pub fn replay_trace_file(
     let parsed = parse_trace(&text, lenient).map_err(|e| invalid(format!("{path}:{e}")))?;
     let parse_ns = started.elapsed().as_nanos() as f64;
     let mut runs = Vec::new();
+    let total = configs.len();
     for pairs in configs {
         let mut sorted: Vec<_> = pairs.into_iter().collect();
         sorted.sort();
@@ -200,7 +203,10 @@ pub fn replay_trace_file(
         };
         let raw = backend_impl.raw(MemoryKind::Cuda, 0).map_err(js)?;
         let arena = Arena::new(raw, config.clone()).map_err(js)?;
-        let (mut r, s) = replay_sampled(&arena, &parsed.ops, &[], false, every).map_err(js)?;
+        let label = format!("config {}/{}", runs.len() + 1, total);
+        let mut bar = Progress::new(progress_after_ms, label, parsed.ops.len() as u64);
+        let (mut r, s) = replay_observed(&arena, &parsed.ops, &[], false, every, &mut |x| bar.update(x.op)).map_err(js)?;
+        bar.finish();
         r.peak_held = peak.peak_held;
         runs.push(JsFileReplay {
             config: config
@@ -237,6 +243,48 @@ pub fn replay_trace_file(
         parse_ns,
         runs,
     })
+}
+
+/// A progress bar on stderr, drawn only when asked (`after_ms > 0`: the caller checks that
+/// stderr is a terminal) and only once a replay has run that long.
+struct Progress {
+    after: Option<std::time::Duration>,
+    label: String,
+    total: u64,
+    started: std::time::Instant,
+    drawn: bool,
+}
+
+impl Progress {
+    fn new(after_ms: u32, label: String, total: u64) -> Self {
+        let after = (after_ms > 0).then(|| std::time::Duration::from_millis(u64::from(after_ms)));
+        Progress { after, label, total: total.max(1), started: std::time::Instant::now(), drawn: false }
+    }
+
+    fn update(&mut self, done: u64) {
+        match self.after {
+            Some(after) if self.started.elapsed() >= after => {}
+            _ => return,
+        }
+        use std::io::Write;
+        let filled = (30 * done / self.total) as usize;
+        let _ = write!(
+            std::io::stderr(),
+            "\r{} [{}{}] {:>3}%",
+            self.label,
+            "#".repeat(filled),
+            " ".repeat(30 - filled),
+            100 * done / self.total
+        );
+        self.drawn = true;
+    }
+
+    fn finish(&mut self) {
+        if self.drawn {
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr());
+        }
+    }
 }
 
 /// Writes a generated trace of `kind` (`inference`, `mixed`, `small`, `growing`) to `path`.

@@ -312,6 +312,18 @@ pub fn replay_sampled(
     track_peaks: bool,
     sample_every: usize,
 ) -> Result<(ReplayReport, Vec<Sample>)> {
+    replay_observed(allocator, trace, streams, track_peaks, sample_every, &mut |_| {})
+}
+
+/// [`replay_sampled`], calling `on_sample` with each sample as it is taken (for progress).
+pub fn replay_observed(
+    allocator: &dyn Allocator,
+    trace: &[TraceOp],
+    streams: &[Stream],
+    track_peaks: bool,
+    sample_every: usize,
+    on_sample: &mut dyn FnMut(&Sample),
+) -> Result<(ReplayReport, Vec<Sample>)> {
     let mut samples = Vec::new();
     /// A slot with nothing live: `(address, size)` with an impossible size.
     const EMPTY: (u64, u64) = (0, u64::MAX);
@@ -362,12 +374,9 @@ pub fn replay_sampled(
                 && (report.ops % sample_every as u64 == 0 || report.ops == steps.len() as u64)
             {
                 let st = allocator.stats();
-                samples.push(Sample {
-                    op: report.ops,
-                    held: st.total_allocated,
-                    in_use: st.in_use,
-                    requested,
-                });
+                let sample = Sample { op: report.ops, held: st.total_allocated, in_use: st.in_use, requested };
+                on_sample(&sample);
+                samples.push(sample);
             }
         }
         Ok(())
