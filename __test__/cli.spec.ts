@@ -3,6 +3,7 @@ import { spawnSync } from 'node:child_process'
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { tmpdir } from 'node:os'
+import { AllocatorFactory, replayTrace, type TraceOp } from '../ts/index'
 
 const root = join(__dirname, '..')
 const tsx = join(root, 'node_modules', '.bin', 'tsx')
@@ -46,13 +47,20 @@ test('gen-trace writes a trace that replay reads, and --json matches the library
     t.true(run.peakHeld >= run.peakRequested && run.peakRequested > 0)
     t.is(run.stats.inUse, 0, 'everything freed by the end')
   }
+  // The library's own replay of the same trace gives the same numbers.
+  const trace = lines.map((l) => JSON.parse(l) as TraceOp)
+  const f = new AllocatorFactory({ name: `cli-check-${process.pid}`, backend: 'virtual' })
+  const own = replayTrace(f.createAllocator({ name: 'Cuda' }), trace, { trackPeaks: true })
+  t.is(json.runs[0].peakRequested, own.peakRequested)
+  t.is(json.runs[0].peakHeld, own.peakHeld)
+  t.is(json.runs[0].ops, own.ops)
 })
 
 test('replay prints a table with one row per config', (t) => {
   const r = cli('replay', '--sample', 'growing', '--backend', 'virtual', '--config', 'arena.max_dead_bytes_per_chunk=1048576', '--compare', 'arena.extend_strategy=1')
   t.is(r.code, 0, r.err)
   const lines = r.out.trim().split('\n')
-  t.regex(lines[1], /^config\s+peak requested\s+peak held/)
+  t.regex(lines[1], /^config\s+peak requested\s+peak held\s+held\/requested\s+extensions\s+shrinkages\s+held at end/)
   t.is(lines.length, 4)
 })
 

@@ -36,7 +36,8 @@ line, to FILE (default: standard output). --ops defaults to 100000, --seed to 1.
                           [--compare 'k=v,k=v' ...] [--json] [--html FILE] [--lenient]
 
 Replays the trace through a fresh arena per config and prints, per config: peak bytes
-requested, peak bytes held, held/requested, arena extensions and shrinkages, and ns/op.
+requested, peak bytes held, held/requested, arena extensions and shrinkages, the final stats
+(bytes held at the end, MaxInUse; every stat with --json), and ns/op.
   --sample NAME   a generated sample trace: ${KINDS.join(', ')} (100,000 ops)
   --backend       cuda (default when a GPU is present) or virtual
   --config k=v    an arena.* option for every config (repeatable)
@@ -167,10 +168,12 @@ function replay(args: string[]): number {
       (r.peakHeld / Math.max(1, r.peakRequested)).toFixed(3),
       String(r.stats.numArenaExtensions),
       String(r.stats.numArenaShrinkages),
+      mib(Number(r.stats.totalAllocated)),
+      mib(Number(r.stats.maxInUse)),
       String(r.failedAllocs),
       (r.elapsedNs / Math.max(1, r.ops)).toFixed(1),
     ])
-    const head = ['config', 'peak requested', 'peak held', 'held/requested', 'extensions', 'shrinkages', 'failed allocs', 'ns/op']
+    const head = ['config', 'peak requested', 'peak held', 'held/requested', 'extensions', 'shrinkages', 'held at end', 'MaxInUse', 'failed allocs', 'ns/op']
     const widths = head.map((h, c) => Math.max(h.length, ...rows.map((r) => r[c].length)))
     const line = (cells: string[]): string => cells.map((s, c) => (c === 0 ? s.padEnd(widths[c]) : s.padStart(widths[c]))).join('  ')
     console.log(line(head))
