@@ -205,7 +205,10 @@ pub fn replay_trace_file(
         let arena = Arena::new(raw, config.clone()).map_err(js)?;
         let label = format!("config {}/{}", runs.len() + 1, total);
         let mut bar = Progress::new(progress_after_ms, label, parsed.ops.len() as u64);
-        let (mut r, s) = replay_observed(&arena, &parsed.ops, &[], false, every, &mut |x| bar.update(x.op)).map_err(js)?;
+        let (mut r, s) = replay_observed(&arena, &parsed.ops, &[], false, every, &mut |x| {
+            bar.update(x.op)
+        })
+        .map_err(js)?;
         bar.finish();
         r.peak_held = peak.peak_held;
         runs.push(JsFileReplay {
@@ -258,7 +261,13 @@ struct Progress {
 impl Progress {
     fn new(after_ms: u32, label: String, total: u64) -> Self {
         let after = (after_ms > 0).then(|| std::time::Duration::from_millis(u64::from(after_ms)));
-        Progress { after, label, total: total.max(1), started: std::time::Instant::now(), drawn: false }
+        Progress {
+            after,
+            label,
+            total: total.max(1),
+            started: std::time::Instant::now(),
+            drawn: false,
+        }
     }
 
     fn update(&mut self, done: u64) {

@@ -312,7 +312,14 @@ pub fn replay_sampled(
     track_peaks: bool,
     sample_every: usize,
 ) -> Result<(ReplayReport, Vec<Sample>)> {
-    replay_observed(allocator, trace, streams, track_peaks, sample_every, &mut |_| {})
+    replay_observed(
+        allocator,
+        trace,
+        streams,
+        track_peaks,
+        sample_every,
+        &mut |_| {},
+    )
 }
 
 /// [`replay_sampled`], calling `on_sample` with each sample as it is taken (for progress).
@@ -374,7 +381,12 @@ pub fn replay_observed(
                 && (report.ops % sample_every as u64 == 0 || report.ops == steps.len() as u64)
             {
                 let st = allocator.stats();
-                let sample = Sample { op: report.ops, held: st.total_allocated, in_use: st.in_use, requested };
+                let sample = Sample {
+                    op: report.ops,
+                    held: st.total_allocated,
+                    in_use: st.in_use,
+                    requested,
+                };
                 on_sample(&sample);
                 samples.push(sample);
             }
