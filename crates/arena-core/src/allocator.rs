@@ -4,7 +4,7 @@
 use crate::addr_map::AddrMap;
 use crate::error::{ArenaError, Result};
 use crate::memory_info::MemoryInfo;
-use crate::memory_log::{MemoryLog, ReserveLog};
+use crate::memory_log::MemoryLog;
 use crate::raw::RawAllocator;
 use crate::stats::AllocatorStats;
 use crate::stream::Stream;
@@ -106,23 +106,6 @@ pub(crate) fn check_in_blocks(
         Ok(())
     } else {
         Err(out_of_range(addr, len))
-    }
-}
-
-/// The memory log of an allocator without regions: every live block listed as a reserve.
-pub(crate) fn blocks_log(
-    blocks: impl Iterator<Item = (u64, u64)>,
-    stats: AllocatorStats,
-) -> MemoryLog {
-    let mut reserves: Vec<ReserveLog> = blocks
-        .map(|(addr, size)| ReserveLog { addr, size })
-        .collect();
-    reserves.sort_by_key(|r| r.addr);
-    MemoryLog {
-        regions: Vec::new(),
-        reserves,
-        bins: Vec::new(),
-        stats,
     }
 }
 
@@ -252,7 +235,7 @@ impl<R: RawAllocator> Allocator for PlainAllocator<R> {
 
     fn memory_log(&self) -> MemoryLog {
         let st = self.state.lock();
-        blocks_log(st.live.iter().map(|(&a, &(s, _))| (a, s)), st.stats)
+        MemoryLog::from_blocks(st.live.iter().map(|(&a, &(s, _))| (a, s)), st.stats)
     }
 
     fn allocated_size(&self, addr: u64) -> Result<u64> {

@@ -75,6 +75,21 @@ pub struct MemoryLog {
 }
 
 impl MemoryLog {
+    /// The log of an allocator without regions: every live block, as `(address, size)`,
+    /// listed as a reserve, by address.
+    pub fn from_blocks(blocks: impl Iterator<Item = (u64, u64)>, stats: AllocatorStats) -> Self {
+        let mut reserves: Vec<ReserveLog> = blocks
+            .map(|(addr, size)| ReserveLog { addr, size })
+            .collect();
+        reserves.sort_by_key(|r| r.addr);
+        MemoryLog {
+            regions: Vec::new(),
+            reserves,
+            bins: Vec::new(),
+            stats,
+        }
+    }
+
     /// Every in-use chunk as `(addr, size, requested_size)`, by address.
     pub fn live_chunks(&self) -> Vec<(u64, u64, u64)> {
         self.regions

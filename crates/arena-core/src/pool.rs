@@ -6,7 +6,7 @@
 //! the raw allocator; `shrink` trims the cache to `bytes_to_keep_on_shrink`.
 
 use crate::addr_map::AddrMap;
-use crate::allocator::{blocks_log, check_in_blocks, Allocator};
+use crate::allocator::{check_in_blocks, Allocator};
 use crate::config::ArenaConfig;
 use crate::error::{ArenaError, Result};
 use crate::memory_info::MemoryInfo;
@@ -177,7 +177,7 @@ impl<R: RawAllocator> Allocator for PoolAllocator<R> {
 
     fn memory_log(&self) -> MemoryLog {
         let st = self.state.lock();
-        blocks_log(st.live.iter().map(|(&a, &(s, _))| (a, s)), st.stats)
+        MemoryLog::from_blocks(st.live.iter().map(|(&a, &(s, _))| (a, s)), st.stats)
     }
 
     fn allocated_size(&self, addr: u64) -> Result<u64> {

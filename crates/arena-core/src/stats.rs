@@ -84,8 +84,9 @@ impl AllocatorStats {
             .collect()
     }
 
-    /// Accounts for `bytes` handed out (chunk size or reserve size), `requested` of them asked for.
-    pub(crate) fn add_in_use(&mut self, bytes: u64, requested: u64) {
+    /// Accounts for `bytes` handed out (chunk size or reserve size), `requested` of them asked
+    /// for: `InUse`, `RequestedInUse`, `NumAllocs`, `MaxInUse`, `MaxAllocSize`.
+    pub fn add_in_use(&mut self, bytes: u64, requested: u64) {
         self.in_use += bytes;
         self.requested_in_use += requested;
         self.num_allocs += 1;
@@ -93,7 +94,8 @@ impl AllocatorStats {
         self.max_alloc_size = self.max_alloc_size.max(bytes);
     }
 
-    pub(crate) fn remove_in_use(&mut self, bytes: u64, requested: u64) {
+    /// Accounts for a free of what [`AllocatorStats::add_in_use`] counted.
+    pub fn remove_in_use(&mut self, bytes: u64, requested: u64) {
         self.in_use -= bytes;
         self.requested_in_use -= requested;
     }

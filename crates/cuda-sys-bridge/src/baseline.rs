@@ -68,10 +68,7 @@ impl Allocator for DefaultPoolAllocator {
         let addr = driver::alloc_async(size, self.s())?;
         let mut st = self.state.lock();
         st.0.insert(addr, size);
-        st.1.in_use += size;
-        st.1.requested_in_use += size;
-        st.1.num_allocs += 1;
-        st.1.max_in_use = st.1.max_in_use.max(st.1.in_use);
+        st.1.add_in_use(size, size);
         Ok(Some(addr))
     }
 
@@ -83,8 +80,7 @@ impl Allocator for DefaultPoolAllocator {
                     addr,
                     reason: "not live".into(),
                 })?;
-        st.1.in_use -= size;
-        st.1.requested_in_use -= size;
+        st.1.remove_in_use(size, size);
         self.ctx.make_current()?;
         driver::free_async(addr, self.s())
     }

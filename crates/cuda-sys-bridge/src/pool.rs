@@ -6,8 +6,8 @@ use crate::device::DeviceContext;
 use crate::driver;
 use crate::stream::{check_live, with_stream};
 use arena_core::{
-    Allocator, AllocatorStats, ArenaConfig, ArenaError, MemoryInfo, MemoryKind, MemoryLog,
-    ReserveLog, Result, Stream,
+    Allocator, AllocatorStats, ArenaConfig, ArenaError, MemoryInfo, MemoryKind, MemoryLog, Result,
+    Stream,
 };
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -63,11 +63,7 @@ impl CudaPoolAllocator {
         })?;
         let mut st = self.state.lock();
         st.live.insert(addr, (size, stream));
-        st.stats.in_use += size;
-        st.stats.requested_in_use += size;
-        st.stats.num_allocs += 1;
-        st.stats.max_in_use = st.stats.max_in_use.max(st.stats.in_use);
-        st.stats.max_alloc_size = st.stats.max_alloc_size.max(size);
+        st.stats.add_in_use(size, size);
         Ok(Some(addr))
     }
 
@@ -129,8 +125,7 @@ impl Allocator for CudaPoolAllocator {
         self.ctx.make_current()?;
         with_stream(stream, |s| driver::free_async(addr, s))?;
         st.live.remove(&addr);
-        st.stats.in_use -= size;
-        st.stats.requested_in_use -= size;
+        st.stats.remove_in_use(size, size);
         Ok(())
     }
 
@@ -174,18 +169,7 @@ impl Allocator for CudaPoolAllocator {
     fn memory_log(&self) -> MemoryLog {
         let stats = self.stats();
         let st = self.state.lock();
-        let mut reserves: Vec<ReserveLog> = st
-            .live
-            .iter()
-            .map(|(&addr, &(size, _))| ReserveLog { addr, size })
-            .collect();
-        reserves.sort_by_key(|r| r.addr);
-        MemoryLog {
-            regions: Vec::new(),
-            reserves,
-            bins: Vec::new(),
-            stats,
-        }
+        MemoryLog::from_blocks(st.live.iter().map(|(&a, &(s, _))| (a, s)), stats)
     }
 
     fn allocated_size(&self, addr: u64) -> Result<u64> {
