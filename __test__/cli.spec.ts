@@ -1,18 +1,23 @@
 import test from 'ava'
 import { spawnSync } from 'node:child_process'
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { tmpdir } from 'node:os'
 import { AllocatorFactory, replayTrace, type TraceOp } from '../ts/index'
 
 const root = join(__dirname, '..')
-const tsx = join(root, 'node_modules', '.bin', 'tsx')
+/** The built command, what `npx cuda-arena` runs (`npm run build` makes it). */
+const bin = join(root, 'dist', 'cli.js')
 
-/** Runs `cuda-arena ...args` as a user would (here through tsx on the sources). */
+/** Runs `cuda-arena ...args` as a user would: the built command, in a child process. */
 function cli(...args: string[]): { code: number | null; out: string; err: string } {
-  const r = spawnSync(tsx, [join(root, 'ts', 'cli.ts'), ...args], { encoding: 'utf8' })
+  const r = spawnSync(process.execPath, [bin, ...args], { encoding: 'utf8' })
   return { code: r.status, out: r.stdout, err: r.stderr }
 }
+
+test.before(() => {
+  if (!existsSync(bin)) throw new Error(`${bin} is missing: run npm run build first`)
+})
 
 const dir = mkdtempSync(join(tmpdir(), 'cuda-arena-cli-'))
 
@@ -92,7 +97,7 @@ test('an invalid --config fails before replaying, naming the key', (t) => {
 
 test('a progress bar goes to stderr on a terminal only', (t) => {
   // `script` gives the command a terminal; the bar's delay is cut to 1 ms for the test.
-  const cmd = `${tsx} ${join(root, 'ts', 'cli.ts')} replay --sample small --backend virtual 2>&1 >/dev/null`
+  const cmd = `${process.execPath} ${bin} replay --sample small --backend virtual 2>&1 >/dev/null`
   const tty = spawnSync('script', ['-qc', cmd, '/dev/null'], { encoding: 'utf8', env: { ...process.env, CUDA_ARENA_PROGRESS_AFTER_MS: '1' } })
   t.is(tty.status, 0, tty.stderr)
   t.regex(tty.stdout, /config 1\/1 \[#+\] 100%/)

@@ -14,8 +14,8 @@ test("the --html page renders in a real browser without errors, one shape per re
   const dir = mkdtempSync(join(tmpdir(), 'cuda-arena-html-'))
   const page = join(dir, 'report.html')
   const r = spawnSync(
-    join(root, 'node_modules', '.bin', 'tsx'),
-    [join(root, 'ts', 'cli.ts'), 'replay', '--sample', 'growing', '--backend', 'virtual', '--compare', 'arena.extend_strategy=1', '--json', '--html', page],
+    process.execPath,
+    [join(root, 'dist', 'cli.js'), 'replay', '--sample', 'growing', '--backend', 'virtual', '--compare', 'arena.extend_strategy=1', '--json', '--html', page],
     { encoding: 'utf8' },
   )
   t.is(r.status, 0, r.stderr)
