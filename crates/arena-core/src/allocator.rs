@@ -1,8 +1,8 @@
 //! The `Allocator` trait, ONNX Runtime's `OrtAllocator` shape, and [`PlainAllocator`], the
 //! arena-less allocator used for read-only (initializer) memory.
 
-use crate::addr_map::AddrMap;
 use crate::error::{ArenaError, Result};
+use crate::live_blocks::LiveBlocks;
 use crate::memory_info::MemoryInfo;
 use crate::memory_log::MemoryLog;
 use crate::raw::RawAllocator;
@@ -84,29 +84,16 @@ pub trait Allocator: Send + Sync + std::fmt::Debug {
 }
 
 /// The error for a range that is not inside one live allocation.
-pub(crate) fn out_of_range(addr: u64, len: u64) -> ArenaError {
+pub(crate) fn out_of_range(addr: u64, len: u64, owner: &str) -> ArenaError {
     ArenaError::unknown_pointer(
         addr,
-        format!("{len} bytes from here are not inside one live allocation of this allocator"),
+        format!("{len} bytes from here are not inside one live allocation of {owner}"),
     )
 }
 
 /// Whether `[addr, addr+len)` lies inside `[base, base+size)`.
 pub(crate) fn range_inside(addr: u64, len: u64, base: u64, size: u64) -> bool {
     addr >= base && addr.checked_add(len).is_some_and(|end| end <= base + size)
-}
-
-/// Checks that `[addr, addr+len)` lies inside one of `blocks` (`(base, size)` pairs).
-pub(crate) fn check_in_blocks(
-    mut blocks: impl Iterator<Item = (u64, u64)>,
-    addr: u64,
-    len: u64,
-) -> Result<()> {
-    if blocks.any(|(base, size)| range_inside(addr, len, base, size)) {
-        Ok(())
-    } else {
-        Err(out_of_range(addr, len))
-    }
 }
 
 /// An allocator that passes every request straight to a raw allocator: no caching, no
@@ -121,8 +108,8 @@ pub struct PlainAllocator<R: RawAllocator> {
 
 #[derive(Debug)]
 struct PlainState {
-    /// Live allocations: address → (size, is a reserve).
-    live: AddrMap<(u64, bool)>,
+    /// Live allocations, tagged with whether each is a reserve.
+    live: LiveBlocks<bool>,
     stats: AllocatorStats,
 }
 
@@ -133,7 +120,7 @@ impl<R: RawAllocator> PlainAllocator<R> {
             info: raw.info(),
             raw,
             state: Mutex::new(PlainState {
-                live: AddrMap::default(),
+                live: LiveBlocks::new("this allocator"),
                 stats: AllocatorStats::with_limit(u64::MAX),
             }),
         }
@@ -156,7 +143,7 @@ impl<R: RawAllocator> PlainAllocator<R> {
         }
         let mut st = self.state.lock();
         let addr = self.raw.alloc(size)?;
-        st.live.insert(addr, (size, reserve));
+        st.live.insert(addr, size, reserve);
         st.stats.add_in_use(size, size);
         st.stats.total_allocated += size;
         if reserve {
@@ -166,29 +153,18 @@ impl<R: RawAllocator> PlainAllocator<R> {
         Ok(Some(addr))
     }
 
-    fn live_size(&self, addr: u64) -> Result<u64> {
-        self.state
-            .lock()
-            .live
-            .get(&addr)
-            .map(|&(s, _)| s)
-            .ok_or_else(|| {
-                ArenaError::unknown_pointer(addr, "not a live allocation of this allocator")
-            })
-    }
-
     /// Runs `op` with the lock held once `[addr, addr+len)` is known to lie inside one live
     /// allocation, so no free can race the copy.
     fn in_range<T>(&self, addr: u64, len: u64, op: impl FnOnce(&R) -> Result<T>) -> Result<T> {
         let st = self.state.lock();
-        check_in_blocks(st.live.iter().map(|(&a, &(s, _))| (a, s)), addr, len)?;
+        st.live.containing(addr, len)?;
         op(&self.raw)
     }
 }
 
 impl<R: RawAllocator> Drop for PlainAllocator<R> {
     fn drop(&mut self) {
-        for (addr, (size, _)) in self.state.get_mut().live.drain() {
+        for (addr, size, _) in self.state.get_mut().live.drain() {
             // Nothing can be reported from a drop; the raw allocator counts what it got back.
             let _ = self.raw.free(addr, size);
         }
@@ -205,14 +181,9 @@ impl<R: RawAllocator> Allocator for PlainAllocator<R> {
             return Ok(());
         }
         let mut st = self.state.lock();
-        let Some(&(size, reserve)) = st.live.get(&addr) else {
-            return Err(ArenaError::unknown_pointer(
-                addr,
-                "not a live allocation of this allocator",
-            ));
-        };
+        let (size, reserve) = st.live.get(addr)?;
         self.raw.free(addr, size)?;
-        st.live.remove(&addr);
+        st.live.remove(addr)?;
         st.stats.remove_in_use(size, size);
         st.stats.total_allocated -= size;
         if reserve {
@@ -235,15 +206,15 @@ impl<R: RawAllocator> Allocator for PlainAllocator<R> {
 
     fn memory_log(&self) -> MemoryLog {
         let st = self.state.lock();
-        MemoryLog::from_blocks(st.live.iter().map(|(&a, &(s, _))| (a, s)), st.stats)
+        st.live.log(st.stats)
     }
 
     fn allocated_size(&self, addr: u64) -> Result<u64> {
-        self.live_size(addr)
+        Ok(self.state.lock().live.get(addr)?.0)
     }
 
     fn requested_size(&self, addr: u64) -> Result<u64> {
-        self.live_size(addr)
+        self.allocated_size(addr)
     }
 
     fn write(&self, addr: u64, data: &[u8]) -> Result<()> {

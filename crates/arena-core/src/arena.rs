@@ -178,7 +178,7 @@ impl<R: RawAllocator> Arena<R> {
         if st.contains_range(addr, len) {
             op(&self.raw)
         } else {
-            Err(out_of_range(addr, len))
+            Err(out_of_range(addr, len, "this allocator"))
         }
     }
 

@@ -5,10 +5,10 @@
 //! once it has no stream, by anyone); cached bytes beyond the release threshold go back to
 //! the raw allocator; `shrink` trims the cache to `bytes_to_keep_on_shrink`.
 
-use crate::addr_map::AddrMap;
-use crate::allocator::{check_in_blocks, Allocator};
+use crate::allocator::Allocator;
 use crate::config::ArenaConfig;
-use crate::error::{ArenaError, Result};
+use crate::error::Result;
+use crate::live_blocks::LiveBlocks;
 use crate::memory_info::MemoryInfo;
 use crate::memory_log::MemoryLog;
 use crate::raw::RawAllocator;
@@ -25,10 +25,10 @@ pub struct PoolAllocator<R: RawAllocator> {
     state: Mutex<PoolState>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct PoolState {
-    /// Live allocations: address → (size, stream).
-    live: AddrMap<(u64, StreamId)>,
+    /// Live allocations, tagged with their stream.
+    live: LiveBlocks<StreamId>,
     /// Freed blocks kept for reuse: (address, size, stream), oldest first.
     cached: Vec<(u64, u64, StreamId)>,
     cached_bytes: u64,
@@ -44,11 +44,13 @@ impl<R: RawAllocator> PoolAllocator<R> {
             release_threshold: config.cuda_mempool_release_threshold.unwrap_or(u64::MAX),
             bytes_to_keep_on_shrink: config.cuda_mempool_bytes_to_keep_on_shrink,
             state: Mutex::new(PoolState {
+                live: LiveBlocks::new("this memory pool"),
+                cached: Vec::new(),
+                cached_bytes: 0,
                 stats: AllocatorStats {
                     limit: 0,
                     ..Default::default()
                 },
-                ..Default::default()
             }),
         }
     }
@@ -79,7 +81,7 @@ impl<R: RawAllocator> PoolAllocator<R> {
                 addr
             }
         };
-        st.live.insert(addr, (size, stream));
+        st.live.insert(addr, size, stream);
         st.stats.add_in_use(size, size);
         Ok(Some(addr))
     }
@@ -87,7 +89,7 @@ impl<R: RawAllocator> PoolAllocator<R> {
     /// Runs `op` under the lock once `[addr, addr+len)` is known to lie in one live block.
     fn in_range<T>(&self, addr: u64, len: u64, op: impl FnOnce(&R) -> Result<T>) -> Result<T> {
         let st = self.state.lock();
-        check_in_blocks(st.live.iter().map(|(&a, &(s, _))| (a, s)), addr, len)?;
+        st.live.containing(addr, len)?;
         op(&self.raw)
     }
 
@@ -108,7 +110,7 @@ impl<R: RawAllocator> PoolAllocator<R> {
 impl<R: RawAllocator> Drop for PoolAllocator<R> {
     fn drop(&mut self) {
         let st = self.state.get_mut();
-        for (addr, (size, _)) in st.live.drain() {
+        for (addr, size, _) in st.live.drain() {
             let _ = self.raw.free(addr, size);
         }
         for (addr, size, _) in st.cached.drain(..) {
@@ -128,12 +130,7 @@ impl<R: RawAllocator> Allocator for PoolAllocator<R> {
         }
         let mut st = self.state.lock();
         // DESIGN decision 8: a foreign free is an error, not a warning.
-        let Some((size, stream)) = st.live.remove(&addr) else {
-            return Err(ArenaError::unknown_pointer(
-                addr,
-                "not a live allocation of this memory pool",
-            ));
-        };
+        let (size, stream) = st.live.remove(addr)?;
         st.stats.remove_in_use(size, size);
         st.cached.push((addr, size, stream));
         st.cached_bytes += size;
@@ -177,18 +174,11 @@ impl<R: RawAllocator> Allocator for PoolAllocator<R> {
 
     fn memory_log(&self) -> MemoryLog {
         let st = self.state.lock();
-        MemoryLog::from_blocks(st.live.iter().map(|(&a, &(s, _))| (a, s)), st.stats)
+        st.live.log(st.stats)
     }
 
     fn allocated_size(&self, addr: u64) -> Result<u64> {
-        self.state
-            .lock()
-            .live
-            .get(&addr)
-            .map(|&(s, _)| s)
-            .ok_or_else(|| {
-                ArenaError::unknown_pointer(addr, "not a live allocation of this memory pool")
-            })
+        Ok(self.state.lock().live.get(addr)?.0)
     }
 
     fn requested_size(&self, addr: u64) -> Result<u64> {

@@ -6,11 +6,10 @@ use crate::device::DeviceContext;
 use crate::driver;
 use crate::stream::{check_live, with_stream};
 use arena_core::{
-    Allocator, AllocatorStats, ArenaConfig, ArenaError, MemoryInfo, MemoryKind, MemoryLog, Result,
+    Allocator, AllocatorStats, ArenaConfig, LiveBlocks, MemoryInfo, MemoryKind, MemoryLog, Result,
     Stream,
 };
 use parking_lot::Mutex;
-use std::collections::HashMap;
 use std::sync::Arc;
 
 /// A stream-ordered allocator over a private `CUmemoryPool`.
@@ -22,10 +21,10 @@ pub struct CudaPoolAllocator {
     state: Mutex<PoolState>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct PoolState {
-    /// Live allocations: address → (size, stream it was allocated on).
-    live: HashMap<u64, (u64, u64)>,
+    /// Live allocations, tagged with the native stream each was allocated on.
+    live: LiveBlocks<u64>,
     stats: AllocatorStats,
 }
 
@@ -44,7 +43,10 @@ impl CudaPoolAllocator {
             ctx,
             pool: pool as usize,
             bytes_to_keep_on_shrink: config.cuda_mempool_bytes_to_keep_on_shrink,
-            state: Mutex::new(PoolState::default()),
+            state: Mutex::new(PoolState {
+                live: LiveBlocks::new("this memory pool"),
+                stats: AllocatorStats::default(),
+            }),
         })
     }
 
@@ -62,7 +64,7 @@ impl CudaPoolAllocator {
             driver::pool_alloc_async(self.raw_pool(), size, s)
         })?;
         let mut st = self.state.lock();
-        st.live.insert(addr, (size, stream));
+        st.live.insert(addr, size, stream);
         st.stats.add_in_use(size, size);
         Ok(Some(addr))
     }
@@ -71,18 +73,7 @@ impl CudaPoolAllocator {
     /// finished its work (so a synchronous copy sees what the stream wrote).
     fn in_range<T>(&self, addr: u64, len: u64, op: impl FnOnce() -> Result<T>) -> Result<T> {
         let st = self.state.lock();
-        let found = st
-            .live
-            .iter()
-            .find(|(&b, &(s, _))| addr >= b && addr.checked_add(len).is_some_and(|e| e <= b + s));
-        let Some((_, &(_, stream))) = found else {
-            return Err(ArenaError::UnknownPointer {
-                addr,
-                reason: format!(
-                    "{len} bytes from here are not inside one live allocation of this memory pool"
-                ),
-            });
-        };
+        let stream = st.live.containing(addr, len)?;
         self.ctx.make_current()?;
         with_stream(stream, driver::stream_synchronize)?;
         op()
@@ -95,7 +86,7 @@ impl Drop for CudaPoolAllocator {
             return;
         }
         let st = self.state.get_mut();
-        for (&addr, &(_, stream)) in &st.live {
+        for (addr, _, stream) in st.live.iter() {
             let _ = with_stream(stream, |s| driver::free_async(addr, s));
         }
         // Every stream's frees must land before the pool goes.
@@ -116,15 +107,10 @@ impl Allocator for CudaPoolAllocator {
         }
         let mut st = self.state.lock();
         // DESIGN decision 8: a foreign free is an error, not a logged warning.
-        let Some(&(size, stream)) = st.live.get(&addr) else {
-            return Err(ArenaError::UnknownPointer {
-                addr,
-                reason: "not a live allocation of this memory pool".into(),
-            });
-        };
+        let (size, stream) = st.live.get(addr)?;
         self.ctx.make_current()?;
         with_stream(stream, |s| driver::free_async(addr, s))?;
-        st.live.remove(&addr);
+        st.live.remove(addr)?;
         st.stats.remove_in_use(size, size);
         Ok(())
     }
@@ -169,19 +155,11 @@ impl Allocator for CudaPoolAllocator {
     fn memory_log(&self) -> MemoryLog {
         let stats = self.stats();
         let st = self.state.lock();
-        MemoryLog::from_blocks(st.live.iter().map(|(&a, &(s, _))| (a, s)), stats)
+        st.live.log(stats)
     }
 
     fn allocated_size(&self, addr: u64) -> Result<u64> {
-        self.state
-            .lock()
-            .live
-            .get(&addr)
-            .map(|&(s, _)| s)
-            .ok_or_else(|| ArenaError::UnknownPointer {
-                addr,
-                reason: "not a live allocation of this memory pool".into(),
-            })
+        Ok(self.state.lock().live.get(addr)?.0)
     }
 
     fn requested_size(&self, addr: u64) -> Result<u64> {
