@@ -22,7 +22,7 @@ test.before(() => {
 const dir = mkdtempSync(join(tmpdir(), 'cuda-arena-cli-'))
 
 test('every command has --help', (t) => {
-  for (const cmd of ['info', 'gen-trace', 'replay']) {
+  for (const cmd of ['info', 'gen-trace', 'replay', 'c-flags']) {
     const r = cli(cmd, '--help')
     t.is(r.code, 0, cmd)
     t.regex(r.out, /Usage: cuda-arena/, cmd)

@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Prints the medians of the last `cargo bench -p arena-core` run as a Markdown table, from
+// Prints the medians of the last `cargo bench -p cuda-arena-core` run as a Markdown table, from
 // criterion's estimates (target/criterion/<group>/<bench>/new/estimates.json).
 import { readdirSync, readFileSync, existsSync } from 'node:fs'
 import { join } from 'node:path'
@@ -19,7 +19,7 @@ const walk = (dir, name) => {
   }
 }
 if (!existsSync(root)) {
-  console.error(`no criterion results under ${root}: run cargo bench -p arena-core first`)
+  console.error(`no criterion results under ${root}: run cargo bench -p cuda-arena-core first`)
   process.exit(1)
 }
 walk(root, '')

@@ -3,19 +3,9 @@
 // it is missing and we are root with apt-get (the project's machines and CI), install it;
 // otherwise say how, and let the test report it.
 import { existsSync } from 'node:fs'
-import { spawnSync } from 'node:child_process'
+import { aptInstall } from './apt.mjs'
 
 const CHROMIUM = '/usr/bin/chromium'
-if (!existsSync(CHROMIUM)) {
-  const root = typeof process.getuid === 'function' && process.getuid() === 0
-  const apt = spawnSync('sh', ['-c', 'command -v apt-get'], { encoding: 'utf8' }).status === 0
-  if (root && apt) {
-    console.error(`pretest: ${CHROMIUM} is missing; installing Debian's chromium for the HTML test`)
-    const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' }
-    const update = spawnSync('apt-get', ['update', '-qq'], { stdio: 'inherit', env })
-    const install = update.status === 0 ? spawnSync('apt-get', ['install', '-y', '-qq', 'chromium'], { stdio: 'inherit', env }) : update
-    if (install.status !== 0) console.error('pretest: installing chromium failed; the HTML test will say so')
-  } else {
-    console.error(`pretest: ${CHROMIUM} is missing; install Debian's chromium (apt-get install chromium) for the HTML test`)
-  }
+if (!existsSync(CHROMIUM) && !aptInstall(['chromium'], 'for the HTML test', 'pretest')) {
+  console.error('pretest: without chromium the HTML test will say so')
 }

@@ -3,13 +3,16 @@
  * `cuda-arena`: info, trace generation and trace replay. See `cuda-arena --help`.
  * The replay loop runs in Rust (through the binding); this file parses arguments and prints.
  */
+import { loaded } from './cli-guard'
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { native } from './native'
-import { cudaAvailable, devices, isArenaError } from './index'
+import { cLibrary, cudaAvailable, devices, ERR_NO_NATIVE_BINDING, isArenaError } from './index'
 import { renderReport } from './report-html'
 import { writeFileSync } from 'node:fs'
+
+loaded()
 
 const KINDS = ['inference', 'mixed', 'small', 'growing'] as const
 
@@ -22,6 +25,7 @@ Commands:
   info        the CUDA driver and devices
   gen-trace   write a generated allocation trace (JSON lines)
   replay      replay a trace through the arena and report memory held and time
+  c-flags     compiler flags to build a C/C++ program against the shipped C library
 
 Run cuda-arena <command> --help for a command's options.`,
   info: `Usage: cuda-arena info [--json]
@@ -32,6 +36,12 @@ CUDA driver is present.`,
 
 Writes a trace: {"op":"alloc","id":1,"size":4096,"stream":0} / {"op":"free","id":1}, one per
 line, to FILE (default: standard output). --ops defaults to 100000, --seed to 1.`,
+  'c-flags': `Usage: cuda-arena c-flags [--json]
+
+Prints the flags that compile and link a C or C++ program against the C library in this
+platform's package (include/cuda_arena.h, lib/libcuda_arena.so), for example:
+  cc app.c $(npx cuda-arena c-flags) -o app
+With --json: the package, include and library directories, and the flags.`,
   replay: `Usage: cuda-arena replay TRACE|--sample NAME [--backend cuda|virtual] [--config k=v ...]
                           [--compare 'k=v,k=v' ...] [--json] [--html FILE] [--lenient]
 
@@ -48,6 +58,10 @@ requested, peak bytes held, held/requested, arena extensions and shrinkages, the
 }
 
 class UsageError extends Error {}
+
+function hasCode(e: unknown, code: string): e is Error & { code: string } {
+  return e instanceof Error && (e as { code?: unknown }).code === code
+}
 
 interface Parsed {
   positional: string[]
@@ -104,6 +118,13 @@ function info(args: string[]): number {
   for (const g of gpus) {
     console.log(`GPU ${g.ordinal}: ${g.name}, ${mib(Number(g.freeMemory))} free of ${mib(Number(g.totalMemory))}, PCI ${g.pciBusId}, memory pools ${g.memoryPoolsSupported ? 'supported' : 'not supported'}, compute ${g.computeCapability.join('.')}`)
   }
+  return 0
+}
+
+function cFlags(args: string[]): number {
+  const p = parseArgs(args, [], ['--json'])
+  const lib = cLibrary()
+  console.log(one(p, '--json') ? JSON.stringify(lib, null, 2) : lib.flags.join(' '))
   return 0
 }
 
@@ -187,7 +208,7 @@ function replay(args: string[]): number {
 /** Runs the command line `args`; returns the exit code. */
 export function run(args: string[]): number {
   const [cmd, ...rest] = args
-  const commands: Record<string, (a: string[]) => number> = { info, 'gen-trace': genTrace, replay }
+  const commands: Record<string, (a: string[]) => number> = { info, 'gen-trace': genTrace, replay, 'c-flags': cFlags }
   if (!cmd || cmd === '--help' || cmd === '-h') {
     console.log(HELP.main)
     return cmd ? 0 : 1
@@ -205,7 +226,7 @@ export function run(args: string[]): number {
     return f(rest)
   } catch (e) {
     if (e instanceof UsageError) console.error(`cuda-arena ${cmd}: ${e.message}\n\n${HELP[cmd]}`)
-    else if (isArenaError(e)) console.error(`cuda-arena ${cmd}: ${e.code}: ${e.message}`)
+    else if (isArenaError(e) || hasCode(e, ERR_NO_NATIVE_BINDING)) console.error(`cuda-arena ${cmd}: ${e.code}: ${e.message}`)
     else throw e
     return 1
   }

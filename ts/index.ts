@@ -13,6 +13,8 @@ export * from './errors'
 export { mixedTrace, replayTrace, nativePairNs } from './trace'
 export type { TraceOp, ReplayReport } from './trace'
 export type * from './types'
+export { cLibrary, packageVersion, platformId, prebuiltPlatforms, ERR_NO_NATIVE_BINDING } from './platform'
+export type { CLibrary } from './platform'
 
 /** The GPUs the CUDA driver reports; `[]` without a driver. Never throws. */
 export function devices(): DeviceInfo[] {

@@ -11,6 +11,10 @@
 extern "C" {
 #endif
 
+/* The version this header belongs to; cuda_arena_version() is the loaded library's. */
+#define CUDA_ARENA_VERSION "0.1.0"
+const char* cuda_arena_version(void);
+
 /* Return codes; they mirror the JavaScript error codes (ERR_ARENA_OUT_OF_MEMORY, ...). */
 #define CUDA_ARENA_OK 0
 #define CUDA_ARENA_ERR_OUT_OF_MEMORY 1

@@ -1,6 +1,6 @@
-//! Return codes, mirroring `arena_core::ERROR_CODES` in order, and the per-thread last error.
+//! Return codes, mirroring `cuda_arena_core::ERROR_CODES` in order, and the per-thread last error.
 
-use arena_core::ArenaError;
+use cuda_arena_core::ArenaError;
 use std::cell::RefCell;
 
 /// Success.
@@ -24,7 +24,7 @@ pub const CUDA_ARENA_ERR_PANIC: i32 = 8;
 
 /// The C code of an error: its position in `ERROR_CODES`, plus one.
 pub fn code_of(e: &ArenaError) -> i32 {
-    arena_core::ERROR_CODES
+    cuda_arena_core::ERROR_CODES
         .iter()
         .position(|&c| c == e.code())
         .map_or(CUDA_ARENA_ERR_PANIC, |i| i as i32 + 1)

@@ -1,7 +1,7 @@
 //! Allocator handles and the entry points that use them.
 
 use crate::codes::*;
-use arena_core::{
+use cuda_arena_core::{
     named_factory, Allocator, AllocatorStats, ArenaConfig, ArenaError, Factory, MemoryInfo,
     MemoryKind, SimBackend, SimKind, Stream,
 };

@@ -5,6 +5,15 @@
 
 mod codes;
 mod handle;
+mod version;
 
 pub use codes::*;
 pub use handle::*;
+pub use version::cuda_arena_version;
+
+/// The repository README's Rust examples, compiled and run as doctests so they stay true.
+/// They live here, in a crate that is not published, because the README is outside the
+/// published crates.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct RepositoryReadme;

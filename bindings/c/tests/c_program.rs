@@ -41,7 +41,9 @@ fn a_c_program_allocates_frees_and_reads_errors_through_the_header() {
         status.success(),
         "the C program compiles against the header"
     );
+    // cargo's LD_LIBRARY_PATH would win over the rpath and may hold an older build.
     let run = Command::new(&out)
+        .env_remove("LD_LIBRARY_PATH")
         .arg("host")
         .output()
         .expect("run the C program");
@@ -59,7 +61,7 @@ fn the_header_codes_match_the_rust_codes() {
     let header =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("include/cuda_arena.h"))
             .expect("header");
-    for (i, code) in arena_core::ERROR_CODES.iter().enumerate() {
+    for (i, code) in cuda_arena_core::ERROR_CODES.iter().enumerate() {
         // ERR_ARENA_X → CUDA_ARENA_ERR_X; ERR_X → CUDA_ARENA_ERR_X.
         let c_name = format!(
             "CUDA_ARENA_ERR_{}",
@@ -69,4 +71,16 @@ fn the_header_codes_match_the_rust_codes() {
         let line = format!("#define {c_name} {}", i + 1);
         assert!(header.contains(&line), "header lacks {line:?}");
     }
+}
+
+#[test]
+fn the_header_version_is_the_crate_version() {
+    let header =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("include/cuda_arena.h"))
+            .expect("header");
+    let line = format!(
+        "#define CUDA_ARENA_VERSION \"{}\"",
+        env!("CARGO_PKG_VERSION")
+    );
+    assert!(header.contains(&line), "header lacks {line:?}");
 }

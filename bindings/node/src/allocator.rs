@@ -4,7 +4,7 @@ use crate::bigint::U64Arg;
 use crate::convert::{addr_arg, size_arg, size_num, JsMemoryLog, JsStats};
 use crate::error::{js, released, Result};
 use crate::stream::NativeStream;
-use arena_core::{Allocator, Factory};
+use cuda_arena_core::{Allocator, Factory};
 use napi::bindgen_prelude::{Buffer, Uint8Array};
 use napi_derive::napi;
 use std::sync::Arc;
@@ -113,8 +113,8 @@ impl NativeAllocator {
     pub fn info(&self) -> Result<Vec<String>> {
         let i = self.get()?.info();
         let ty = match i.allocator_type {
-            arena_core::AllocatorType::Device => "device",
-            arena_core::AllocatorType::ReadOnly => "readonly",
+            cuda_arena_core::AllocatorType::Device => "device",
+            cuda_arena_core::AllocatorType::ReadOnly => "readonly",
         };
         Ok(vec![
             i.kind.name().to_string(),

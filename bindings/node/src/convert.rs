@@ -2,7 +2,7 @@
 
 use crate::bigint::U64Arg;
 use crate::error::{invalid, js, Result};
-use arena_core::{AllocatorStats, ArenaConfig, ArenaError, MemoryLog, RawStats};
+use cuda_arena_core::{AllocatorStats, ArenaConfig, ArenaError, MemoryLog, RawStats};
 use napi::bindgen_prelude::BigInt;
 use napi_derive::napi;
 use std::collections::HashMap;

@@ -1,8 +1,8 @@
 //! The one mapping from `ArenaError` to a JS error: `err.code` is the stable code.
 
-use arena_core::ArenaError;
+use cuda_arena_core::ArenaError;
 
-/// A JS error whose `code` is one of `arena_core::ERROR_CODES`.
+/// A JS error whose `code` is one of `cuda_arena_core::ERROR_CODES`.
 pub type JsError = napi::Error<&'static str>;
 /// Result of every binding entry point.
 pub type Result<T> = std::result::Result<T, JsError>;

@@ -1,10 +1,10 @@
-//! The factory handle: a process-wide `arena_core::Factory` by name.
+//! The factory handle: a process-wide `cuda_arena_core::Factory` by name.
 
 use crate::allocator::NativeAllocator;
 use crate::convert::{config_arg, JsDeviceStats};
 use crate::error::{invalid, js, Result};
 use crate::stream::NativeStream;
-use arena_core::{
+use cuda_arena_core::{
     named_factory, AllocatorType, ArenaError, DeviceLimits, Factory, MemoryInfo, MemoryKind,
     SimBackend, SimKind,
 };
@@ -77,8 +77,8 @@ impl NativeFactory {
             }
         };
         let default_total = match kind {
-            SimKind::Host => arena_core::raw::DEFAULT_HOST_TOTAL_MEMORY,
-            SimKind::Virtual => arena_core::raw::DEFAULT_VIRTUAL_TOTAL_MEMORY,
+            SimKind::Host => cuda_arena_core::raw::DEFAULT_HOST_TOTAL_MEMORY,
+            SimKind::Virtual => cuda_arena_core::raw::DEFAULT_VIRTUAL_TOTAL_MEMORY,
         };
         let limits = devices
             .iter()
@@ -182,9 +182,9 @@ impl NativeFactory {
         }
         let a = allocator.take()?;
         Ok(match self.inner.release_allocator(&a) {
-            arena_core::Released::Counted(_) => "counted",
-            arena_core::Released::Destroyed => "destroyed",
-            arena_core::Released::Untracked => "untracked",
+            cuda_arena_core::Released::Counted(_) => "counted",
+            cuda_arena_core::Released::Destroyed => "destroyed",
+            cuda_arena_core::Released::Untracked => "untracked",
         }
         .to_string())
     }

@@ -7,7 +7,7 @@
 #![allow(unsafe_code)]
 
 use crate::error::{invalid, js, released, Result};
-use arena_core::{Allocator, Stream};
+use cuda_arena_core::{Allocator, Stream};
 use napi::bindgen_prelude::Unknown;
 use napi::{sys, Env, JsValue};
 use napi_derive::napi;

@@ -17,7 +17,7 @@ pub fn env_arena_options(
     options: HashMap<String, String>,
     factory_name: String,
 ) -> HashMap<String, String> {
-    arena_core::env_arena_options(pairs(options), &factory_name)
+    cuda_arena_core::env_arena_options(pairs(options), &factory_name)
         .into_iter()
         .collect()
 }
@@ -28,7 +28,7 @@ pub fn session_arena_options(
     options: HashMap<String, String>,
     ep_name: String,
 ) -> HashMap<String, String> {
-    arena_core::session_arena_options(pairs(options), &ep_name)
+    cuda_arena_core::session_arena_options(pairs(options), &ep_name)
         .into_iter()
         .collect()
 }
@@ -47,10 +47,16 @@ pub fn parse_arena_config(options: HashMap<String, String>) -> Result<HashMap<St
 /// The stable error codes, in DESIGN order.
 #[napi(catch_unwind)]
 pub fn error_codes() -> Vec<String> {
-    arena_core::ERROR_CODES
+    cuda_arena_core::ERROR_CODES
         .iter()
         .map(|c| c.to_string())
         .collect()
+}
+
+/// The binary's version, which the TypeScript layer checks against its package's.
+#[napi(catch_unwind)]
+pub fn native_version() -> &'static str {
+    env!("CARGO_PKG_VERSION")
 }
 
 /// Whether a CUDA driver with a device is usable here. Never throws.

@@ -3,8 +3,8 @@
 
 use crate::allocator::NativeAllocator;
 use crate::error::{invalid, js, Result};
-use arena_core::trace::{mixed_trace, replay, TraceOp};
-use arena_core::Stream;
+use cuda_arena_core::trace::{mixed_trace, replay, TraceOp};
+use cuda_arena_core::Stream;
 use napi_derive::napi;
 
 /// One trace operation: `op` is `alloc` or `free`.
@@ -168,9 +168,11 @@ pub fn replay_trace_file(
     samples: u32,
     progress_after_ms: u32,
 ) -> Result<JsFileReplays> {
-    use arena_core::trace::{replay_observed, replay_sampled};
-    use arena_core::trace_format::parse_trace;
-    use arena_core::{Allocator, Arena, ArenaConfig, Backend, MemoryKind, SimBackend, SimKind};
+    use cuda_arena_core::trace::{replay_observed, replay_sampled};
+    use cuda_arena_core::trace_format::parse_trace;
+    use cuda_arena_core::{
+        Allocator, Arena, ArenaConfig, Backend, MemoryKind, SimBackend, SimKind,
+    };
     let started = std::time::Instant::now();
     let text =
         std::fs::read_to_string(&path).map_err(|e| invalid(format!("cannot read {path}: {e}")))?;
@@ -300,12 +302,12 @@ impl Progress {
 #[napi(catch_unwind)]
 pub fn write_trace_file(path: String, kind: String, ops: u32, seed: f64) -> Result<f64> {
     let trace =
-        arena_core::trace::named_trace(&kind, ops as usize, seed as u64).ok_or_else(|| {
+        cuda_arena_core::trace::named_trace(&kind, ops as usize, seed as u64).ok_or_else(|| {
             invalid(format!(
                 "trace kind must be inference, mixed, small or growing, got {kind:?}"
             ))
         })?;
-    std::fs::write(&path, arena_core::trace_format::format_trace(&trace))
+    std::fs::write(&path, cuda_arena_core::trace_format::format_trace(&trace))
         .map_err(|e| invalid(format!("cannot write {path}: {e}")))?;
     Ok(trace.len() as f64)
 }

@@ -2,7 +2,7 @@
 //! both carry ORT's sync-id clock.
 
 use crate::error::{invalid, js, released, Result};
-use arena_core::{Stream, StreamEvent};
+use cuda_arena_core::{Stream, StreamEvent};
 use cuda_sys_bridge::{CudaEvent, CudaStream};
 use napi::bindgen_prelude::BigInt;
 use napi_derive::napi;

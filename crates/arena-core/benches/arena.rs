@@ -1,10 +1,10 @@
-//! `cargo bench -p arena-core`: warm alloc+free pairs (one size at a time, then 1/2/8 threads
+//! `cargo bench -p cuda-arena-core`: warm alloc+free pairs (one size at a time, then 1/2/8 threads
 //! on one arena) and a 200,000-op trace replay on the `virtual` backend. Every figure is
 //! nanoseconds per alloc+free pair or per trace op.
 
-use arena_core::trace::{mixed_trace, replay};
-use arena_core::{Allocator, Arena, ArenaConfig, VirtualAllocator};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use cuda_arena_core::trace::{mixed_trace, replay};
+use cuda_arena_core::{Allocator, Arena, ArenaConfig, VirtualAllocator};
 use std::hint::black_box;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};

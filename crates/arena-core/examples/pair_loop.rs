@@ -1,6 +1,6 @@
 //! A bare alloc+free loop, for profilers (`valgrind --tool=callgrind`, `perf`):
-//! `cargo run --release -p arena-core --example pair_loop -- 256 10000000`.
-use arena_core::{Allocator, Arena, ArenaConfig, VirtualAllocator};
+//! `cargo run --release -p cuda-arena-core --example pair_loop -- 256 10000000`.
+use cuda_arena_core::{Allocator, Arena, ArenaConfig, VirtualAllocator};
 use std::hint::black_box;
 
 fn main() {

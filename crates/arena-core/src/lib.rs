@@ -25,11 +25,6 @@ mod stream;
 pub mod trace;
 pub mod trace_format;
 
-/// The repository README's Rust examples, compiled and run as doctests so they stay true.
-#[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
-pub struct RepositoryReadme;
-
 pub use allocator::{Allocator, PlainAllocator, ORT_ALLOCATOR_VERSION};
 pub use arena::Arena;
 pub use backend::{Backend, SimBackend, SimKind};

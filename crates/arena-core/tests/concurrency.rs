@@ -1,10 +1,10 @@
 //! Many threads on one arena: 8 threads x 100,000 random ops, then the invariants.
 
 mod common;
-use arena_core::{
+use common::*;
+use cuda_arena_core::{
     Allocator, Arena, ArenaConfig, HostAllocator, RawAllocator, Stream, VirtualAllocator,
 };
-use common::*;
 use std::sync::{Arc, Barrier};
 
 struct Rng(u64);
@@ -164,5 +164,5 @@ fn the_arena_is_send_and_sync() {
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<Arena<VirtualAllocator>>();
     assert_send_sync::<Arena<HostAllocator>>();
-    assert_send_sync::<arena_core::PlainAllocator<HostAllocator>>();
+    assert_send_sync::<cuda_arena_core::PlainAllocator<HostAllocator>>();
 }

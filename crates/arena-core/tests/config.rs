@@ -1,7 +1,7 @@
 //! `ArenaConfig` parsing: ORT's keys and defaults, and DESIGN decision 2's strictness.
 
-use arena_core::config::{keys, nearest_key};
-use arena_core::{ArenaConfig, ArenaError, ExtendStrategy};
+use cuda_arena_core::config::{keys, nearest_key};
+use cuda_arena_core::{ArenaConfig, ArenaError, ExtendStrategy};
 
 fn parse(key: &str, value: &str) -> Result<ArenaConfig, ArenaError> {
     ArenaConfig::from_pairs([(key, value)])
@@ -208,7 +208,7 @@ fn configs_built_in_code_are_validated_by_the_arena() {
         max_power_of_two_extend_bytes: 1000,
         ..ArenaConfig::default()
     };
-    let err = arena_core::Arena::new(arena_core::VirtualAllocator::default(), c)
+    let err = cuda_arena_core::Arena::new(cuda_arena_core::VirtualAllocator::default(), c)
         .expect_err("not a multiple of 256");
     assert_eq!(err.code(), "ERR_ARENA_INVALID_CONFIG");
 }

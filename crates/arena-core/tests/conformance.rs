@@ -2,10 +2,10 @@
 //! (the arena and the plain allocator, over host and virtual memory).
 
 mod common;
-use arena_core::{
+use common::*;
+use cuda_arena_core::{
     Allocator, Arena, ArenaConfig, HostAllocator, PlainAllocator, PoolAllocator, VirtualAllocator,
 };
-use common::*;
 
 struct Subject {
     name: &'static str,

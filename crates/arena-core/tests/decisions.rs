@@ -2,8 +2,8 @@
 //! Decisions 8 and 9 concern the CUDA memory-pool allocator and are tested with it.
 
 mod common;
-use arena_core::{Allocator, DeviceLimits, RawAllocator, Stream, STATS_KEYS};
 use common::*;
+use cuda_arena_core::{Allocator, DeviceLimits, RawAllocator, Stream, STATS_KEYS};
 
 // Decision 1: Limit is -1 when unlimited; every key is always present.
 
@@ -120,7 +120,7 @@ fn d4_a_size_whose_rounding_overflows_is_out_of_memory_without_a_raw_call() {
     }
     assert_eq!(
         a.raw().raw_stats(),
-        arena_core::RawStats {
+        cuda_arena_core::RawStats {
             free: Some(80 * GIB),
             total: Some(80 * GIB),
             ..Default::default()

@@ -1,11 +1,11 @@
 //! The allocator factory: sharing, counting, teardown, isolation, options, the memory pool.
 
 mod common;
-use arena_core::{
+use common::*;
+use cuda_arena_core::{
     named_factory, AllocatorType, ArenaConfig, DeviceLimits, Factory, MemoryInfo, MemoryKind,
     Released, SharedKind, SimBackend, SimKind, Stream,
 };
-use common::*;
 use std::sync::Arc;
 
 fn factory(kind: SimKind, devices: usize) -> Factory {
@@ -49,7 +49,7 @@ fn the_last_release_returns_all_memory_to_the_device() {
     assert_eq!(s.raw_allocs, s.raw_frees);
 }
 
-fn a_is_still_usable(a: &dyn arena_core::Allocator, p: u64) {
+fn a_is_still_usable(a: &dyn cuda_arena_core::Allocator, p: u64) {
     assert_eq!(a.requested_size(p), Ok(5000));
 }
 

@@ -1,8 +1,8 @@
 //! The memory log: a faithful structured picture of regions, chunks, reserves and bins.
 
 mod common;
-use arena_core::{Allocator, Stream};
 use common::*;
+use cuda_arena_core::{Allocator, Stream};
 
 #[test]
 fn regions_are_tiled_by_their_chunks_in_address_order() {

@@ -2,7 +2,7 @@
 //! on the `virtual` backend, checked after every op against a shadow model of what must
 //! hold. The case count defaults to 10,000; `MODEL_CASES` overrides it.
 
-use arena_core::{
+use cuda_arena_core::{
     Allocator, Arena, ArenaConfig, DeviceLimits, MemoryLog, RawAllocator, Stream, VirtualAllocator,
 };
 use proptest::prelude::*;

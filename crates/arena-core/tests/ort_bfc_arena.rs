@@ -2,8 +2,8 @@
 //! cuda-arena with the numbers ORT asserts.
 
 mod common;
-use arena_core::{Allocator, DeviceLimits, RawAllocator, Stream};
 use common::*;
+use cuda_arena_core::{Allocator, DeviceLimits, RawAllocator, Stream};
 
 const LIMIT_1_GIB: &[(&str, &str)] = &[("arena.max_mem", "1073741824")];
 

@@ -1,9 +1,9 @@
 //! Replaying allocation traces through an allocator.
 
 mod common;
-use arena_core::trace::{mixed_trace, replay, TraceOp};
-use arena_core::{Allocator, PlainAllocator, RawAllocator, Stream, VirtualAllocator};
 use common::*;
+use cuda_arena_core::trace::{mixed_trace, replay, TraceOp};
+use cuda_arena_core::{Allocator, PlainAllocator, RawAllocator, Stream, VirtualAllocator};
 
 #[test]
 fn a_replay_frees_everything_and_reports_peaks() {
@@ -56,7 +56,7 @@ fn peak_requested_is_the_largest_sum_of_live_sizes() {
 #[test]
 fn allocations_the_device_cannot_hold_are_counted_not_fatal() {
     let a = limited_arena(
-        arena_core::DeviceLimits::with_total(4 * MIB),
+        cuda_arena_core::DeviceLimits::with_total(4 * MIB),
         &[("arena.extend_strategy", "1")],
     );
     let trace = [
@@ -152,7 +152,7 @@ fn sampled_replays_record_memory_over_time_up_to_the_last_op() {
     let a = virtual_arena(&[]);
     let trace = mixed_trace(1_050, 256, MIB, 50, 5);
     let (report, samples) =
-        arena_core::trace::replay_sampled(&a, &trace, &[], false, 100).expect("replay");
+        cuda_arena_core::trace::replay_sampled(&a, &trace, &[], false, 100).expect("replay");
     assert_eq!(samples.len(), 11);
     assert_eq!(samples.last().map(|s| s.op), Some(report.ops));
     for s in &samples {

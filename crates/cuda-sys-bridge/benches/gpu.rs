@@ -8,8 +8,8 @@
 //!
 //! Build here: `cargo bench -p cuda-sys-bridge --no-run`; run there: `<binary> [ops]`.
 
-use arena_core::trace::{named_trace, replay, TraceOp};
-use arena_core::{Allocator, Arena, ArenaConfig, PlainAllocator};
+use cuda_arena_core::trace::{named_trace, replay, TraceOp};
+use cuda_arena_core::{Allocator, Arena, ArenaConfig, PlainAllocator};
 use cuda_sys_bridge::{cuda_available, CudaBackend};
 use std::sync::Arc;
 
@@ -64,7 +64,7 @@ fn main() {
         (
             "mempool allocator",
             Box::new(|| {
-                use arena_core::Backend;
+                use cuda_arena_core::Backend;
                 let cfg = ArenaConfig::from_pairs([("arena.use_cuda_mempool", "1")]).expect("cfg");
                 backend.mempool(0, &cfg).expect("pool")
             }),

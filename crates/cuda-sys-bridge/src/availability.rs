@@ -2,7 +2,7 @@
 //! load `libcuda`, so the library's presence is checked before any driver call.
 
 use crate::driver;
-use arena_core::{ArenaError, Result};
+use cuda_arena_core::{ArenaError, Result};
 use std::sync::OnceLock;
 
 static STATE: OnceLock<std::result::Result<(), String>> = OnceLock::new();

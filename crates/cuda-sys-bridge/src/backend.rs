@@ -5,8 +5,8 @@ use crate::device::{device_count, DeviceContext, DeviceInfo};
 use crate::pool::CudaPoolAllocator;
 use crate::raw::{device_stats, CudaRawAllocator, Ledger};
 use crate::stream::CudaStream;
-use arena_core::backend::SharedRaw;
-use arena_core::{
+use cuda_arena_core::backend::SharedRaw;
+use cuda_arena_core::{
     Allocator, ArenaConfig, ArenaError, Backend, HostAllocator, MemoryKind, RawStats, Result,
 };
 use parking_lot::Mutex;

@@ -3,7 +3,7 @@
 
 use crate::device::DeviceContext;
 use crate::driver;
-use arena_core::{
+use cuda_arena_core::{
     Allocator, AllocatorStats, ArenaError, MemoryInfo, MemoryKind, MemoryLog, Result,
 };
 use parking_lot::Mutex;

@@ -3,7 +3,7 @@
 
 use crate::availability::ensure_cuda;
 use crate::driver::{self, CUdevice};
-use arena_core::Result;
+use cuda_arena_core::Result;
 use cudarc::driver::sys::CUdevice_attribute as Attr;
 use std::cell::Cell;
 use std::sync::Arc;

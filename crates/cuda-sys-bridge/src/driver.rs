@@ -3,7 +3,7 @@
 //! `library_present()` (through `availability`) before calling anything else here.
 #![allow(unsafe_code)]
 
-use arena_core::{ArenaError, Result};
+use cuda_arena_core::{ArenaError, Result};
 use cudarc::driver::result::{self as cu, DriverError};
 use cudarc::driver::sys;
 use std::ffi::c_void;

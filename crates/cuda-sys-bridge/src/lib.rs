@@ -1,5 +1,6 @@
-//! CUDA backends for `arena-core`; see the README. Every driver call lives in `driver`, the
-//! only module with `unsafe`; the rest builds safe types on it.
+#![doc = include_str!("../README.md")]
+// Every driver call lives in `driver`, the only module with `unsafe`; the rest builds safe
+// types on it.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 

@@ -5,7 +5,7 @@
 use crate::device::DeviceContext;
 use crate::driver;
 use crate::stream::{check_live, with_stream};
-use arena_core::{
+use cuda_arena_core::{
     Allocator, AllocatorStats, ArenaConfig, LiveBlocks, MemoryInfo, MemoryKind, MemoryLog, Result,
     Stream,
 };

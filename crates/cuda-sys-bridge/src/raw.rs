@@ -4,7 +4,7 @@
 
 use crate::device::DeviceContext;
 use crate::driver;
-use arena_core::{ArenaError, MemoryInfo, MemoryKind, RawAllocator, RawStats, Result};
+use cuda_arena_core::{ArenaError, MemoryInfo, MemoryKind, RawAllocator, RawStats, Result};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;

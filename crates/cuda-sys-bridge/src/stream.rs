@@ -4,7 +4,7 @@
 
 use crate::device::DeviceContext;
 use crate::driver;
-use arena_core::{ArenaError, Result, Stream, StreamEvent};
+use cuda_arena_core::{ArenaError, Result, Stream, StreamEvent};
 use parking_lot::Mutex;
 use std::collections::HashSet;
 use std::sync::Arc;

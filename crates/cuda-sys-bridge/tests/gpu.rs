@@ -2,7 +2,7 @@
 //! (`cargo test -p cuda-sys-bridge --release --no-run`, then the binary with `--ignored`).
 //! Ignored by default so CI, which has no GPU, does not run them.
 
-use arena_core::{ArenaConfig, Factory, MemoryInfo, MemoryKind, Released, SharedKind};
+use cuda_arena_core::{ArenaConfig, Factory, MemoryInfo, MemoryKind, Released, SharedKind};
 use cuda_sys_bridge::{devices, CudaBackend};
 use std::sync::Arc;
 

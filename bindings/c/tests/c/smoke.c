@@ -22,6 +22,8 @@ int main(int argc, char** argv) {
   const char* values[] = {"1", "1073741824"};
   char err[256] = {0};
 
+  CHECK(strcmp(cuda_arena_version(), CUDA_ARENA_VERSION) == 0);
+
   cuda_arena_allocator* a = cuda_arena_create(backend, memory, 0, keys, values, 2, err, sizeof err);
   CHECK(a != NULL);
   if (a == NULL) {

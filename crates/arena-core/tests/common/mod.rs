@@ -1,7 +1,7 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
-use arena_core::{
+use cuda_arena_core::{
     Allocator, Arena, ArenaConfig, ArenaError, DeviceLimits, HostAllocator, MemoryLog,
     VirtualAllocator,
 };
