@@ -6,7 +6,7 @@
  */
 import test from 'ava'
 import { spawnSync, type SpawnSyncReturns } from 'node:child_process'
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { delimiter, dirname, join } from 'node:path'
 import { platformId } from '../ts/platform'
@@ -42,16 +42,25 @@ function ok(r: SpawnSyncReturns<string>, what: string): string {
 }
 
 const tarball = (name: string): string => join(work, `${name}-${pkg.version}.tgz`)
+const rootCopy = join(work, 'root')
+const packageJsonBefore = readFileSync(join(root, 'package.json'), 'utf8')
 
 test.before(() => {
   for (const f of ['dist/index.js', 'native/index.js', `npm/${platform}/lib/libcuda_arena.so`]) {
     if (!existsSync(join(root, f))) throw new Error(`${f} is missing: run npm run build first`)
   }
-  // Pack from the repository with the developer's PATH (packing runs no build), then
-  // install and use with the stripped one.
+  // Pack with the developer's PATH (packing builds nothing), then install and use with the
+  // stripped one. The root is packed from a copy of what it would publish (plus the prepack
+  // scripts), so packing never touches the repository's package.json while other tests run.
   ok(spawnSync(process.execPath, [join(root, 'scripts/stage-platform.mjs'), '--out', join(work, 'platform')], { encoding: 'utf8' }), 'staging')
-  for (const dir of [root, join(work, 'platform')]) {
-    ok(spawnSync('npm', ['pack', '--pack-destination', work, dir], { cwd: work, encoding: 'utf8', env: { ...process.env, npm_config_update_notifier: 'false' } }), `npm pack ${dir}`)
+  const npmEnv = { ...process.env, npm_config_update_notifier: 'false' }
+  const listed = JSON.parse(ok(spawnSync('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], { cwd: root, encoding: 'utf8', env: npmEnv }), 'npm pack --dry-run')) as { files: { path: string }[] }[]
+  for (const f of [...listed[0].files.map((x) => x.path), 'scripts/publish-manifest.mjs', 'scripts/targets.mjs']) {
+    mkdirSync(dirname(join(rootCopy, f)), { recursive: true })
+    copyFileSync(join(root, f), join(rootCopy, f))
+  }
+  for (const dir of [rootCopy, join(work, 'platform')]) {
+    ok(spawnSync('npm', ['pack', '--pack-destination', work, dir], { cwd: work, encoding: 'utf8', env: npmEnv }), `npm pack ${dir}`)
   }
   for (const [dir, tarballs] of [
     [app, [tarball('cuda-arena'), tarball(platformPackage)]],
@@ -78,6 +87,14 @@ test('the root tarball carries the loader and the typed API but no binary', (t) 
   t.true(files.includes('package/native/index.js'))
   t.true(files.includes('package/LICENSE-MIT') && files.includes('package/LICENSE-APACHE'))
   t.deepEqual(files.filter((f) => f.endsWith('.node') || f.endsWith('.so')), [])
+})
+
+test('the root tarball depends optionally on every platform package at its version; package.json is left as it was', (t) => {
+  const manifest = JSON.parse(ok(spawnSync('tar', ['xzOf', tarball('cuda-arena'), 'package/package.json'], { encoding: 'utf8' }), 'tar')) as {
+    optionalDependencies?: Record<string, string>
+  }
+  t.deepEqual(manifest.optionalDependencies, { 'cuda-arena-linux-x64-gnu': pkg.version, 'cuda-arena-linux-arm64-gnu': pkg.version })
+  t.is(readFileSync(join(rootCopy, 'package.json'), 'utf8'), packageJsonBefore)
 })
 
 test('the platform tarball carries the addon, the C library, the header and the licenses', (t) => {

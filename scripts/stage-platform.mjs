@@ -8,16 +8,9 @@
 // package.json and README.md are copied too, so DIR is a complete package to `npm pack`).
 // Each binary is checked to be an ELF shared object for the target's machine, and the
 // package's version to be the root's.
-import { copyFileSync, existsSync, mkdirSync, openSync, readFileSync, readSync, closeSync } from 'node:fs'
+import { closeSync, copyFileSync, existsSync, mkdirSync, openSync, readFileSync, readSync } from 'node:fs'
 import { dirname, join, resolve } from 'node:path'
-import { fileURLToPath } from 'node:url'
-
-const root = resolve(dirname(fileURLToPath(import.meta.url)), '..')
-const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'))
-
-// Rust's names for a target → napi-rs's platform names, and the ELF e_machine of each arch.
-const ARCH = { x86_64: { node: 'x64', elf: 62 }, aarch64: { node: 'arm64', elf: 183 } }
-const HOST = { x64: 'x86_64-unknown-linux-gnu', arm64: 'aarch64-unknown-linux-gnu' }
+import { hostTriple, pkg, platformOf, root } from './targets.mjs'
 
 function fail(message) {
   console.error(`stage-platform: ${message}`)
@@ -34,14 +27,6 @@ function args(argv) {
   return out
 }
 
-/** `x86_64-unknown-linux-gnu` → `{ id: 'linux-x64-gnu', elf: 62 }`. */
-function platformOf(triple) {
-  const m = /^(\w+)-unknown-linux-(gnu|musl)$/.exec(triple)
-  const arch = m && ARCH[m[1]]
-  if (!arch) fail(`unsupported target ${triple}; napi.targets lists ${pkg.napi.targets.join(', ')}`)
-  return { id: `linux-${arch.node}-${m[2]}`, elf: arch.elf }
-}
-
 function checkElf(file, machine) {
   const fd = openSync(file, 'r')
   const head = Buffer.alloc(20)
@@ -56,7 +41,7 @@ function checkElf(file, machine) {
 }
 
 const opts = args(process.argv.slice(2))
-const triple = opts.target ?? HOST[process.arch]
+const triple = opts.target ?? hostTriple
 if (!pkg.napi.targets.includes(triple)) fail(`${triple} is not in package.json napi.targets (${pkg.napi.targets.join(', ')})`)
 const { id, elf } = platformOf(triple)
 const template = join(root, 'npm', id)
@@ -64,7 +49,7 @@ const out = resolve(opts.out ?? template)
 const manifest = JSON.parse(readFileSync(join(template, 'package.json'), 'utf8'))
 if (manifest.version !== pkg.version) fail(`npm/${id}/package.json is version ${manifest.version}, the root ${pkg.version}: run npm version`)
 
-const hostBuild = triple === HOST[process.arch]
+const hostBuild = triple === hostTriple
 const sources = {
   [manifest.main]: join(root, 'native', manifest.main),
   'lib/libcuda_arena.so': join(root, 'target', ...(hostBuild ? [] : [triple]), 'release', 'libcuda_arena.so'),

@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // One version for everything: the root package.json's. `npm version <patch|minor|major|X.Y.Z>`
 // bumps it and runs this (the "version" script), which writes it into:
-//   - the root's optionalDependencies on the platform packages, and package-lock.json;
+//   - package-lock.json (npm does too; checked here);
 //   - every npm/<platform>/package.json;
 //   - Cargo.toml ([workspace.package] and the crates' [workspace.dependencies]) and Cargo.lock;
 //   - the C header's CUDA_ARENA_VERSION.
@@ -30,7 +30,6 @@ if (!/^\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$/.test(version)) {
   process.exit(1)
 }
 
-const PLATFORM_PREFIX = 'cuda-arena-'
 /** The workspace's Rust packages: their Cargo.lock entries carry the version. */
 const CRATES = ['cuda-arena-core', 'cuda-sys-bridge', 'cuda-arena-c', 'cuda-arena-node']
 const problems = []
@@ -58,18 +57,8 @@ function jsonEdit(mutate) {
   }
 }
 
-function platformDeps(deps, found, where) {
-  for (const name of Object.keys(deps ?? {})) {
-    if (!name.startsWith(PLATFORM_PREFIX)) continue
-    found.push({ what: `${where}${name}`, value: deps[name] })
-    deps[name] = version
-  }
-}
-
-update(
-  'package.json',
-  jsonEdit((p, found) => platformDeps(p.optionalDependencies, found, 'optionalDependencies.')),
-)
+// The root's optionalDependencies on the platform packages are written at pack time, from
+// this same version (scripts/publish-manifest.mjs).
 update(
   'package-lock.json',
   jsonEdit((lock, found) => {
@@ -79,7 +68,6 @@ update(
     if (self) {
       found.push({ what: 'packages[""].version', value: self.version })
       self.version = version
-      platformDeps(self.optionalDependencies, found, 'packages[""].optionalDependencies.')
     }
   }),
 )

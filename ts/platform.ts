@@ -19,7 +19,7 @@ const PACKAGE = 'cuda-arena'
 
 interface RootManifest {
   version: string
-  optionalDependencies?: Record<string, string>
+  napi: { targets: string[] }
 }
 
 function rootManifest(): RootManifest {
@@ -43,11 +43,19 @@ export function platformId(): string {
   return `${platform}-${arch}`
 }
 
-/** The platforms with a prebuilt package, from the root package's `optionalDependencies`. */
+// Rust's architecture names → Node's (napi-rs's platform names use Node's).
+const NODE_ARCH: Record<string, string> = { x86_64: 'x64', aarch64: 'arm64' }
+
+/**
+ * The platforms with a prebuilt package (`linux-x64-gnu`, …), from the root package's
+ * `napi.targets`; the published package has an optional dependency on each.
+ */
 export function prebuiltPlatforms(): string[] {
-  return Object.keys(rootManifest().optionalDependencies ?? {})
-    .filter((name) => name.startsWith(`${PACKAGE}-`))
-    .map((name) => name.slice(PACKAGE.length + 1))
+  return rootManifest().napi.targets.flatMap((triple) => {
+    const m = /^(\w+)-unknown-linux-(gnu|musl)$/.exec(triple)
+    const arch = m ? NODE_ARCH[m[1]] : undefined
+    return m && arch ? [`linux-${arch}-${m[2]}`] : []
+  })
 }
 
 /** The directory of an installed package, or `undefined` when it does not resolve. */
