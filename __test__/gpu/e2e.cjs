@@ -1,10 +1,11 @@
 // The Node API end to end on the `cuda` backend: run on a GPU machine against the built
-// package (`npm run build` output in dist/ and native/): `node __test__/gpu/e2e.cjs`.
+// package (`npm run build` output in dist/ and native/): `node __test__/gpu/e2e.cjs`; or
+// against an installed one: `CUDA_ARENA_MODULE=/app/node_modules/cuda-arena node …/e2e.cjs`.
 // Prints what it checked and the JS-vs-Rust replay figures; exits 1 on any failure.
 'use strict'
 const assert = require('node:assert/strict')
 const { randomBytes } = require('node:crypto')
-const api = require('../../dist/index.js')
+const api = require(process.env.CUDA_ARENA_MODULE || '../../dist/index.js')
 
 let failed = 0
 function check(name, fn) {
