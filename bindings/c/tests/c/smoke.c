@@ -17,7 +17,9 @@ static int failures = 0;
 
 int main(int argc, char** argv) {
   const char* backend = argc > 1 ? argv[1] : "host";
-  const char* memory = strcmp(backend, "cuda") == 0 ? "CudaPinned" : "Cuda";
+  /* On cuda, pinned memory, so that this program can touch it; elsewhere "Cuda" is host memory. */
+  const int on_cuda = strcmp(backend, "cuda") == 0;
+  const char* memory = on_cuda ? "CudaPinned" : "Cuda";
   const char* keys[] = {"arena.extend_strategy", "arena.max_mem"};
   const char* values[] = {"1", "1073741824"};
   char err[256] = {0};
@@ -44,8 +46,13 @@ int main(int argc, char** argv) {
 
   void* r = cuda_arena_reserve(a, 4096);
   CHECK(r != NULL);
+  /* Streams are for device memory: on cuda the pinned arena has none, so a device arena takes
+   * the stream allocation, on CUDA's per-thread default stream (CU_STREAM_PER_THREAD). */
+  cuda_arena_allocator* d = on_cuda ? cuda_arena_create(backend, "Cuda", 0, keys, values, 2, err, sizeof err) : a;
+  CHECK(d != NULL);
   int token;
-  void* q = cuda_arena_alloc_on_stream(a, 256, &token);
+  void* stream = on_cuda ? (void*)0x2 : (void*)&token;
+  void* q = cuda_arena_alloc_on_stream(d, 256, stream);
   CHECK(q != NULL);
 
   CHECK(cuda_arena_free(a, p + 1) == CUDA_ARENA_ERR_UNKNOWN_POINTER);
@@ -55,7 +62,7 @@ int main(int argc, char** argv) {
   CHECK(cuda_arena_free(a, p) == CUDA_ARENA_ERR_UNKNOWN_POINTER);
   CHECK(cuda_arena_free(a, NULL) == CUDA_ARENA_OK);
   CHECK(cuda_arena_free(a, r) == CUDA_ARENA_OK);
-  CHECK(cuda_arena_free(a, q) == CUDA_ARENA_OK);
+  CHECK(cuda_arena_free(d, q) == CUDA_ARENA_OK);
 
   CHECK(cuda_arena_alloc(a, 0) == NULL && cuda_arena_last_error_code() == CUDA_ARENA_OK);
   CHECK(cuda_arena_alloc(a, (size_t)1 << 40) == NULL);
@@ -63,7 +70,14 @@ int main(int argc, char** argv) {
 
   CHECK(cuda_arena_shrink(a) == CUDA_ARENA_OK);
   CHECK(cuda_arena_get_stats(a, &s) == CUDA_ARENA_OK);
-  CHECK(s.in_use == 0 && s.total_allocated == 0 && s.num_arena_shrinkages == 2);
+  /* extend_strategy 1 gives each allocation its own region: p's, and q's where q was. */
+  CHECK(s.in_use == 0 && s.total_allocated == 0 && s.num_arena_shrinkages == (on_cuda ? 1u : 2u));
+  if (on_cuda) {
+    CHECK(cuda_arena_shrink(d) == CUDA_ARENA_OK);
+    CHECK(cuda_arena_get_stats(d, &s) == CUDA_ARENA_OK);
+    CHECK(s.in_use == 0 && s.total_allocated == 0);
+    cuda_arena_destroy(d);
+  }
 
   /* Bad input is an error code and a message, never a crash. */
   CHECK(cuda_arena_alloc(NULL, 16) == NULL && cuda_arena_last_error_code() == CUDA_ARENA_ERR_INVALID_ARGUMENT);
