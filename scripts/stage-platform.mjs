@@ -1,16 +1,17 @@
 #!/usr/bin/env node
 // Copies one target's build into its platform package: the Node addon, the C library, the C
-// header and the licenses. `npm run build` stages the host's; `npm run build:linux-arm64-gnu` stages arm64's.
+// header and the licenses. scripts/build-target.mjs builds a target and runs this.
 //
 //   node scripts/stage-platform.mjs [--target TRIPLE] [--out DIR]
 //
 // --target defaults to this machine's; --out defaults to npm/<platform>/ (with --out, the
 // package.json and README.md are copied too, so DIR is a complete package to `npm pack`).
-// Each binary is checked to be an ELF shared object for the target's machine, and the
-// package's version to be the root's.
+// Each binary is checked to be an ELF shared object for the target's machine that needs no
+// glibc newer than 2.17, and the package's version to be the root's.
 import { closeSync, copyFileSync, existsSync, mkdirSync, openSync, readFileSync, readSync } from 'node:fs'
 import { dirname, join, resolve } from 'node:path'
-import { hostTriple, pkg, platformOf, root } from './targets.mjs'
+import { spawnSync } from 'node:child_process'
+import { hostTriple, MAX_GLIBC, pkg, platformOf, root } from './targets.mjs'
 
 function fail(message) {
   console.error(`stage-platform: ${message}`)
@@ -40,6 +41,19 @@ function checkElf(file, machine) {
   }
 }
 
+/** Fails when `file` needs a glibc newer than MAX_GLIBC (its GLIBC_x.y symbol versions). */
+function checkGlibc(file) {
+  const r = spawnSync('readelf', ['-V', '-W', file], { encoding: 'utf8' })
+  if (r.status !== 0) fail(`readelf -V ${file}: ${r.stderr || r.error}`)
+  const newer = (v) => {
+    const [a, b] = v.split('.').map(Number)
+    const [x, y] = MAX_GLIBC.split('.').map(Number)
+    return a > x || (a === x && b > y)
+  }
+  const needed = [...new Set([...r.stdout.matchAll(/GLIBC_(\d+\.\d+)/g)].map((m) => m[1]))].filter(newer)
+  if (needed.length > 0) fail(`${file} needs glibc ${needed.join(', ')}, newer than ${MAX_GLIBC}: build it with scripts/build-target.mjs`)
+}
+
 const opts = args(process.argv.slice(2))
 const triple = opts.target ?? hostTriple
 if (!pkg.napi.targets.includes(triple)) fail(`${triple} is not in package.json napi.targets (${pkg.napi.targets.join(', ')})`)
@@ -49,10 +63,9 @@ const out = resolve(opts.out ?? template)
 const manifest = JSON.parse(readFileSync(join(template, 'package.json'), 'utf8'))
 if (manifest.version !== pkg.version) fail(`npm/${id}/package.json is version ${manifest.version}, the root ${pkg.version}: run npm version`)
 
-const hostBuild = triple === hostTriple
 const sources = {
   [manifest.main]: join(root, 'native', manifest.main),
-  'lib/libcuda_arena.so': join(root, 'target', ...(hostBuild ? [] : [triple]), 'release', 'libcuda_arena.so'),
+  'lib/libcuda_arena.so': join(root, 'target', triple, 'release', 'libcuda_arena.so'),
   'include/cuda_arena.h': join(root, 'bindings', 'c', 'include', 'cuda_arena.h'),
   'LICENSE-MIT': join(root, 'LICENSE-MIT'),
   'LICENSE-APACHE': join(root, 'LICENSE-APACHE'),
@@ -61,8 +74,11 @@ for (const file of manifest.files) {
   if (!(file in sources)) fail(`npm/${id}/package.json lists ${file}, which this script does not stage`)
 }
 for (const [name, from] of Object.entries(sources)) {
-  if (!existsSync(from)) fail(`${from} is missing: build ${triple} first (npm run build${hostBuild ? '' : `:${id}`})`)
-  if (name.endsWith('.node') || name.endsWith('.so')) checkElf(from, elf)
+  if (!existsSync(from)) fail(`${from} is missing: build it first (node scripts/build-target.mjs ${triple})`)
+  if (name.endsWith('.node') || name.endsWith('.so')) {
+    checkElf(from, elf)
+    checkGlibc(from)
+  }
   mkdirSync(dirname(join(out, name)), { recursive: true })
   copyFileSync(from, join(out, name))
 }

@@ -21,3 +21,17 @@ export function platformOf(triple) {
 
 /** The Rust target of this machine. */
 export const hostTriple = { x64: 'x86_64-unknown-linux-gnu', arm64: 'aarch64-unknown-linux-gnu' }[process.arch]
+
+/** The newest glibc a shipped binary may need: the release builds link against 2.17's. */
+export const MAX_GLIBC = '2.17'
+
+/**
+ * napi-rs's cross toolchains (gcc with a glibc 2.17 sysroot, as npm packages), by the
+ * machine building and the target. They make binaries that load on any glibc from 2.17.
+ */
+export const TOOLCHAINS = {
+  x64: {
+    'x86_64-unknown-linux-gnu': '@napi-rs/cross-toolchain-x64-target-x86_64@1.0.0',
+    'aarch64-unknown-linux-gnu': '@napi-rs/cross-toolchain-x64-target-aarch64@1.0.3',
+  },
+}

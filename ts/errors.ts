@@ -1,7 +1,9 @@
 /**
- * The error registry: every error cuda-arena throws is an `Error` with one of these stable
- * `code`s. Messages may change; codes do not. Errors from the native layer already carry
- * their code; this module makes the ones raised in TypeScript the same way.
+ * The error registry: every error cuda-arena's API throws is an `Error` with one of these
+ * stable `code`s. Messages may change; codes do not. Errors from the native layer already
+ * carry their code; this module makes the ones raised in TypeScript the same way. One more
+ * code, `ERR_NO_NATIVE_BINDING` (platform.ts), comes from loading the package itself, before
+ * any native code runs, so the Rust and C lists do not have it.
  */
 
 /** Every error code, in the order DESIGN.md lists them. */
