@@ -133,6 +133,31 @@ test('require(cuda-arena) loads the binary from the platform package and allocat
   t.is(out.inUse, '0')
 })
 
+/** The shell blocks of the README's "Install" section, one command per line, comments dropped. */
+function readmeInstallCommands(): string[][] {
+  const readme = readFileSync(join(root, 'README.md'), 'utf8')
+  const start = readme.indexOf('\n## Install\n')
+  const section = readme.slice(start, readme.indexOf('\n## ', start + 1))
+  return [...section.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) =>
+    m[1]
+      .split('\n')
+      .map((l) => l.replace(/\s+#.*$/, '').trim())
+      .filter(Boolean),
+  )
+}
+
+test('the README install section is npm install cuda-arena, then commands that run as written in the installed project', (t) => {
+  const [install, commands] = readmeInstallCommands()
+  t.deepEqual(install, ['npm install cuda-arena'])
+  t.true(commands.length >= 3, 'the README lists the commands to try')
+  copyFileSync(join(root, 'bindings/c/tests/c/smoke.c'), join(app, 'app.c'))
+  const outputs = commands.map((cmd) => ok(run('sh', ['-c', cmd], app), cmd))
+  t.regex(outputs[commands.findIndex((c) => c.includes('cuda-arena info'))] ?? '', /No CUDA driver|GPU 0/)
+  t.regex(outputs[commands.findIndex((c) => c.includes('cuda-arena replay'))] ?? '', /trace sample small: \d+ ops on virtual/)
+  t.true(commands.some((c) => c.startsWith('cc app.c')), 'the README builds a C program')
+  t.regex(ok(run(join(app, 'app'), [], app), 'the C program the README built'), /all checks passed/)
+})
+
 test('npx cuda-arena info runs from the installed package', (t) => {
   const out = ok(run('npx', ['cuda-arena', 'info'], app), 'npx cuda-arena info')
   t.regex(out, /No CUDA driver|GPU 0/)

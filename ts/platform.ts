@@ -82,7 +82,9 @@ export function bindingNotFound(cause: unknown): Error {
     message =
       `cuda-arena's binary for ${id} (${where}) is in the optional package ${wanted}, which is not installed. ` +
       'Reinstall without --omit=optional / --no-optional, or add it: npm install ' +
-      `${wanted}@${rootManifest().version}.`
+      `${wanted}@${rootManifest().version}.` +
+      // A clone of the repository builds the binary beside the loader instead.
+      (existsSync(join(__dirname, '..', 'Cargo.toml')) ? ' In this clone of the repository, npm run build makes it.' : '')
   } else {
     const reason = cause instanceof Error ? (cause.cause instanceof Error ? cause.cause.message : cause.message) : String(cause)
     message = `cuda-arena's binary for ${id} (${where}) is installed (${wanted}) but failed to load: ${reason}`
