@@ -246,7 +246,7 @@ test('on a platform with no prebuilt package, require names it and lists the pre
     try { require('cuda-arena') } catch (e) { console.log(JSON.stringify({ code: e.code, message: e.message })) }`
   const err = JSON.parse(ok(run(process.execPath, ['-e', script], app), 'node -e')) as { code: string; message: string }
   t.is(err.code, 'ERR_NO_NATIVE_BINDING')
-  t.regex(err.message, /no prebuilt binary for linux-riscv64-gnu .*prebuilt: linux-x64-gnu, linux-arm64-gnu/)
+  t.regex(err.message, /no prebuilt binary for linux-riscv64-gnu .*prebuilt: linux-x64-gnu, linux-arm64-gnu\. .*npm run build:native/)
 })
 
 test('a binary that fails to load is named with the reason', (t) => {

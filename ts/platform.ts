@@ -77,7 +77,7 @@ export function bindingNotFound(cause: unknown): Error {
   if (!prebuilt.includes(id)) {
     message =
       `cuda-arena has no prebuilt binary for ${id} (${where}); prebuilt: ${prebuilt.join(', ')}. ` +
-      'Build it from a clone of the repository with Rust: npm ci && npm run build.'
+      'Build it from a clone of the repository with Rust: npm ci && npm run build:native.'
   } else if (packageDir(wanted) === undefined) {
     message =
       `cuda-arena's binary for ${id} (${where}) is in the optional package ${wanted}, which is not installed. ` +
@@ -123,7 +123,7 @@ export interface CLibrary {
 /**
  * The C library shipped in this platform's package (`lib/libcuda_arena.so`,
  * `include/cuda_arena.h`). Throws `ERR_NO_NATIVE_BINDING` when that package is not installed
- * (in a repository clone: until `npm run stage` has copied the build there).
+ * (in a clone of the repository: until `npm run build` has staged it in `npm/<platform>/`).
  */
 export function cLibrary(): CLibrary {
   const id = platformId()
