@@ -15,6 +15,12 @@ fn lib_dir() -> PathBuf {
     deps.parent().map(Path::to_path_buf).unwrap_or(deps)
 }
 
+/// The C header as shipped.
+fn header() -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("include/cuda_arena.h"))
+        .expect("header")
+}
+
 #[test]
 fn a_c_program_allocates_frees_and_reads_errors_through_the_header() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -58,9 +64,7 @@ fn a_c_program_allocates_frees_and_reads_errors_through_the_header() {
 
 #[test]
 fn the_header_codes_match_the_rust_codes() {
-    let header =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("include/cuda_arena.h"))
-            .expect("header");
+    let header = header();
     for (i, code) in cuda_arena_core::ERROR_CODES.iter().enumerate() {
         // ERR_ARENA_X → CUDA_ARENA_ERR_X; ERR_X → CUDA_ARENA_ERR_X.
         let c_name = format!(
@@ -75,9 +79,7 @@ fn the_header_codes_match_the_rust_codes() {
 
 #[test]
 fn the_header_version_is_the_crate_version() {
-    let header =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("include/cuda_arena.h"))
-            .expect("header");
+    let header = header();
     let line = format!(
         "#define CUDA_ARENA_VERSION \"{}\"",
         env!("CARGO_PKG_VERSION")
