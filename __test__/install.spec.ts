@@ -6,43 +6,24 @@
  */
 import test from 'ava'
 import { spawnSync, type SpawnSyncReturns } from 'node:child_process'
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
-import { delimiter, dirname, join } from 'node:path'
+import { join } from 'node:path'
 import { platformId } from '../ts/platform'
+import { emptyProject, installEnv, ok, packPlatform, packRoot, root, version } from './packages'
 
-const root = join(__dirname, '..')
-const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { version: string }
 const platform = platformId()
 const platformPackage = `cuda-arena-${platform}`
 const work = mkdtempSync(join(tmpdir(), 'cuda-arena-install-'))
 const app = join(work, 'app')
 const bare = join(work, 'bare')
-
-/** What the installed project sees: node, npm and the system's tools; no cargo, no rustc. */
-const PATH = [dirname(process.execPath), '/usr/bin', '/bin'].filter((d, i, all) => all.indexOf(d) === i).join(delimiter)
-const env: NodeJS.ProcessEnv = {
-  PATH,
-  HOME: join(work, 'home'),
-  TMPDIR: work,
-  npm_config_cache: join(work, 'npm-cache'),
-  npm_config_offline: 'true',
-  npm_config_audit: 'false',
-  npm_config_fund: 'false',
-  npm_config_update_notifier: 'false',
-}
+const env = installEnv(work)
 
 function run(cmd: string, args: string[], cwd: string, extra: NodeJS.ProcessEnv = {}): SpawnSyncReturns<string> {
   return spawnSync(cmd, args, { cwd, env: { ...env, ...extra }, encoding: 'utf8', timeout: 120_000 })
 }
 
-function ok(r: SpawnSyncReturns<string>, what: string): string {
-  if (r.status !== 0) throw new Error(`${what} failed (${r.status ?? r.signal}):\n${r.stdout}\n${r.stderr}`)
-  return r.stdout
-}
-
-const tarball = (name: string): string => join(work, `${name}-${pkg.version}.tgz`)
-const rootCopy = join(work, 'root')
+const tarballs = { root: '', platform: '', rootCopy: '' }
 const packageJsonBefore = readFileSync(join(root, 'package.json'), 'utf8')
 
 test.before(() => {
@@ -50,25 +31,17 @@ test.before(() => {
     if (!existsSync(join(root, f))) throw new Error(`${f} is missing: run npm run build first`)
   }
   // Pack with the developer's PATH (packing builds nothing), then install and use with the
-  // stripped one. The root is packed from a copy of what it would publish (plus the prepack
-  // scripts), so packing never touches the repository's package.json while other tests run.
-  ok(spawnSync(process.execPath, [join(root, 'scripts/stage-platform.mjs'), '--out', join(work, 'platform')], { encoding: 'utf8' }), 'staging')
-  const npmEnv = { ...process.env, npm_config_update_notifier: 'false' }
-  const listed = JSON.parse(ok(spawnSync('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], { cwd: root, encoding: 'utf8', env: npmEnv }), 'npm pack --dry-run')) as { files: { path: string }[] }[]
-  for (const f of [...listed[0].files.map((x) => x.path), 'scripts/publish-manifest.mjs', 'scripts/targets.mjs']) {
-    mkdirSync(dirname(join(rootCopy, f)), { recursive: true })
-    copyFileSync(join(root, f), join(rootCopy, f))
-  }
-  for (const dir of [rootCopy, join(work, 'platform')]) {
-    ok(spawnSync('npm', ['pack', '--pack-destination', work, dir], { cwd: work, encoding: 'utf8', env: npmEnv }), `npm pack ${dir}`)
-  }
-  for (const [dir, tarballs] of [
-    [app, [tarball('cuda-arena'), tarball(platformPackage)]],
-    [bare, [tarball('cuda-arena')]],
+  // stripped one.
+  const packed = packRoot(work)
+  tarballs.root = packed.tarball
+  tarballs.rootCopy = packed.copy
+  tarballs.platform = packPlatform(work, platform)
+  for (const [dir, files] of [
+    [app, [tarballs.root, tarballs.platform]],
+    [bare, [tarballs.root]],
   ] as const) {
-    mkdirSync(dir, { recursive: true })
-    writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: 'app', version: '1.0.0', private: true }))
-    ok(run('npm', ['install', ...tarballs], dir), `npm install in ${dir}`)
+    emptyProject(dir)
+    ok(run('npm', ['install', ...files], dir), `npm install in ${dir}`)
   }
 })
 
@@ -81,7 +54,7 @@ test('the installed project sees no Rust toolchain', (t) => {
 })
 
 test('the root tarball carries the loader and the typed API but no binary', (t) => {
-  const files = ok(spawnSync('tar', ['tzf', tarball('cuda-arena')], { encoding: 'utf8' }), 'tar').split('\n')
+  const files = ok(spawnSync('tar', ['tzf', tarballs.root], { encoding: 'utf8' }), 'tar').split('\n')
   t.true(files.includes('package/dist/index.js'))
   t.true(files.includes('package/dist/index.d.ts'))
   t.true(files.includes('package/native/index.js'))
@@ -90,15 +63,15 @@ test('the root tarball carries the loader and the typed API but no binary', (t) 
 })
 
 test('the root tarball depends optionally on every platform package at its version; package.json is left as it was', (t) => {
-  const manifest = JSON.parse(ok(spawnSync('tar', ['xzOf', tarball('cuda-arena'), 'package/package.json'], { encoding: 'utf8' }), 'tar')) as {
+  const manifest = JSON.parse(ok(spawnSync('tar', ['xzOf', tarballs.root, 'package/package.json'], { encoding: 'utf8' }), 'tar')) as {
     optionalDependencies?: Record<string, string>
   }
-  t.deepEqual(manifest.optionalDependencies, { 'cuda-arena-linux-x64-gnu': pkg.version, 'cuda-arena-linux-arm64-gnu': pkg.version })
-  t.is(readFileSync(join(rootCopy, 'package.json'), 'utf8'), packageJsonBefore)
+  t.deepEqual(manifest.optionalDependencies, { 'cuda-arena-linux-x64-gnu': version, 'cuda-arena-linux-arm64-gnu': version })
+  t.is(readFileSync(join(tarballs.rootCopy, 'package.json'), 'utf8'), packageJsonBefore)
 })
 
 test('the platform tarball carries the addon, the C library, the header and the licenses', (t) => {
-  const files = ok(spawnSync('tar', ['tzf', tarball(platformPackage)], { encoding: 'utf8' }), 'tar').split('\n').filter(Boolean).sort()
+  const files = ok(spawnSync('tar', ['tzf', tarballs.platform], { encoding: 'utf8' }), 'tar').split('\n').filter(Boolean).sort()
   t.deepEqual(files, [
     `package/LICENSE-APACHE`,
     `package/LICENSE-MIT`,
@@ -229,7 +202,7 @@ test('without the platform package, require names the platform and the package t
   const err = JSON.parse(ok(r, 'node -e')) as { code: string; message: string }
   t.is(err.code, 'ERR_NO_NATIVE_BINDING')
   t.true(err.message.includes(platform), err.message)
-  t.true(err.message.includes(`npm install ${platformPackage}@${pkg.version}`), err.message)
+  t.true(err.message.includes(`npm install ${platformPackage}@${version}`), err.message)
 })
 
 test('without the platform package, npx cuda-arena says so in one line and exits 1', (t) => {

@@ -3,8 +3,8 @@
  * napi-rs's glibc 2.17 toolchains): each binary is a shared object for its machine that needs
  * nothing newer than glibc 2.17 and only the C runtime, the addon exports Node-API's entry
  * point, and the C library passes the C smoke program run on glibc 2.17 itself (the
- * toolchain's own loader and libc; under qemu-user for arm64). The arm64 addon is not loaded:
- * that needs an aarch64 Node. `npm run build` stages linux-x64-gnu; CI also builds
+ * toolchain's own loader and libc; under qemu-user for arm64). An aarch64 Node loads the arm64
+ * addon in install-arm64.spec.ts. `npm run build` stages linux-x64-gnu; CI also builds
  * linux-arm64-gnu and sets CUDA_ARENA_EXPECT_ARM64=1, elsewhere its tests are skipped
  * without that build.
  */
