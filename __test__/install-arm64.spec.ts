@@ -39,7 +39,7 @@ function arm64Node(args: string[]): SpawnSyncReturns<string> {
 test.before(() => {
   if (missing.length > 0) return
   const rootTarball = packRoot(work).tarball
-  const overrides = Object.fromEntries(['linux-x64-gnu', 'linux-arm64-gnu'].map((id) => [`cuda-arena-${id}`, `file:${packPlatform(work, id)}`]))
+  const overrides = Object.fromEntries([packPlatform(work), packPlatform(work, 'aarch64-unknown-linux-gnu')].map(({ name, tarball }) => [name, `file:${tarball}`]))
   emptyProject(app, { overrides })
   ok(spawnSync('npm', ['install', '--cpu=arm64', rootTarball], { cwd: app, env, encoding: 'utf8', timeout: 120_000 }), 'npm install --cpu=arm64')
 })

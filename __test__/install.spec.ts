@@ -35,7 +35,7 @@ test.before(() => {
   const packed = packRoot(work)
   tarballs.root = packed.tarball
   tarballs.rootCopy = packed.copy
-  tarballs.platform = packPlatform(work, platform)
+  tarballs.platform = packPlatform(work).tarball
   for (const [dir, files] of [
     [app, [tarballs.root, tarballs.platform]],
     [bare, [tarballs.root]],

