@@ -57,8 +57,52 @@ export function invalidArgument(name: string, value: unknown, why: string): Aren
   return arenaError(ERR_ARENA_INVALID_ARGUMENT, `${name} ${why}, got ${describe(value)}`, { range: true })
 }
 
-function describe(value: unknown): string {
-  if (typeof value === 'bigint') return `${value}n`
-  if (typeof value === 'string') return JSON.stringify(value)
-  return String(value)
+/** An invalid config key or value (the Rust parser raises the same code for raw pairs). */
+export function invalidConfig(message: string): ArenaError {
+  return arenaError(ERR_ARENA_INVALID_CONFIG, message)
+}
+
+/** Longest description a message quotes; longer ones are cut with an ellipsis. */
+const MAX_DESCRIBED = 80
+
+/**
+ * A short description of any value, for messages. It never throws and never runs user code
+ * that could (no `String(value)` on objects: an `Object.create(null)` has no `toString`, a
+ * revoked proxy throws on every touch), and it is at most {@link MAX_DESCRIBED} characters.
+ */
+export function describe(value: unknown): string {
+  let s: string
+  try {
+    s = describeUnbounded(value)
+  } catch {
+    s = 'a value that cannot be inspected'
+  }
+  return s.length > MAX_DESCRIBED ? `${s.slice(0, MAX_DESCRIBED - 1)}…` : s
+}
+
+function describeUnbounded(value: unknown): string {
+  switch (typeof value) {
+    case 'bigint':
+      return `${value}n`
+    case 'string':
+      return JSON.stringify(value.length > MAX_DESCRIBED ? value.slice(0, MAX_DESCRIBED) : value)
+    case 'number':
+    case 'boolean':
+    case 'undefined':
+      return String(value)
+    case 'symbol':
+      return value.description === undefined ? 'a symbol' : `Symbol(${value.description})`
+    case 'function':
+      return 'a function'
+    default:
+      break
+  }
+  if (value === null) return 'null'
+  if (Array.isArray(value)) return `an array of ${value.length}`
+  if (ArrayBuffer.isView(value)) return `a ${Object.prototype.toString.call(value).slice(8, -1)}`
+  if (value instanceof ArrayBuffer) return 'an ArrayBuffer'
+  const proto: unknown = Object.getPrototypeOf(value)
+  if (proto === null) return 'an object with no prototype'
+  if (proto === Object.prototype) return 'an object'
+  return `an instance of ${Object.prototype.toString.call(value).slice(8, -1)}`
 }

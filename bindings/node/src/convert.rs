@@ -7,9 +7,31 @@ use napi::bindgen_prelude::BigInt;
 use napi_derive::napi;
 use std::collections::HashMap;
 
-/// A size from a JS number: the TS layer passes only non-negative safe integers.
+/// Largest safe integer of a JS number.
+pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
+
+/// A whole JS number in `min..=max`. Integer arguments cross as `f64` and are checked here,
+/// never converted by napi (whose `u32` wraps `-1` to 2^32−1 and truncates `1.9` to 1), so a
+/// direct caller of the binding gets the same refusal as one of the TypeScript API.
+pub fn int_arg(name: &str, v: f64, min: u64, max: u64) -> Result<u64> {
+    // `max` is at most 2^53−1 in every caller, so the comparison in f64 is exact.
+    if v.fract() == 0.0 && v >= min as f64 && v <= max.min(MAX_SAFE_INTEGER) as f64 {
+        Ok(v as u64)
+    } else {
+        Err(invalid(format!(
+            "{name} must be an integer {min} … {max}, got {v}"
+        )))
+    }
+}
+
+/// A `u32` argument (device ids, counts) given as a JS number.
+pub fn u32_arg(name: &str, v: f64) -> Result<u32> {
+    int_arg(name, v, 0, u64::from(u32::MAX)).map(|n| n as u32)
+}
+
+/// A size from a JS number: a non-negative safe integer.
 pub fn size_num(name: &str, v: f64) -> Result<u64> {
-    if v >= 0.0 && v.fract() == 0.0 && v <= 9_007_199_254_740_991.0 {
+    if v >= 0.0 && v.fract() == 0.0 && v <= MAX_SAFE_INTEGER as f64 {
         Ok(v as u64)
     } else {
         Err(invalid(format!(
