@@ -79,7 +79,8 @@ pub struct ArenaConfig {
     pub max_dead_bytes_per_chunk: u64,
     /// Growth size after `shrink`, 1..=2^31-1. Default 2 MiB.
     pub initial_growth_chunk_size_bytes: u64,
-    /// Cap on power-of-two growth, a multiple of 256 (parsing rounds up). Default 1 GiB.
+    /// Cap on power-of-two growth, a multiple of 256 up to 2^63 (parsing takes 1 … 2^63−1
+    /// and rounds up). Default 1 GiB.
     pub max_power_of_two_extend_bytes: u64,
     /// Bytes the arena may hold from the raw allocator; `u64::MAX` means unlimited.
     pub max_mem: u64,
@@ -110,6 +111,9 @@ impl Default for ArenaConfig {
 
 const INT32_MAX: u64 = i32::MAX as u64;
 const INT64_MAX: u64 = i64::MAX as u64;
+/// `arena.max_power_of_two_extend_bytes` accepts 1 … 2^63−1 and rounds up to a multiple of
+/// 256, so the field can hold 2^63 (what 2^63−255 … 2^63−1 round to).
+const MAX_POWER_OF_TWO_EXTEND_ROUNDED: u64 = INT64_MAX + 1;
 
 fn invalid(key: &str, value: &str, reason: impl Into<String>) -> ArenaError {
     ArenaError::InvalidConfig {
@@ -273,11 +277,13 @@ impl ArenaConfig {
             }
         }
         let p2 = self.max_power_of_two_extend_bytes;
-        if p2 == 0 || p2 > INT64_MAX || !p2.is_multiple_of(256) {
+        if p2 == 0 || p2 > MAX_POWER_OF_TWO_EXTEND_ROUNDED || !p2.is_multiple_of(256) {
             return Err(invalid(
                 keys::MAX_POWER_OF_TWO_EXTEND_BYTES,
                 &p2.to_string(),
-                format!("must be a multiple of 256 between 256 and {INT64_MAX}"),
+                format!(
+                    "must be a multiple of 256 between 256 and {MAX_POWER_OF_TWO_EXTEND_ROUNDED}"
+                ),
             ));
         }
         if self.max_mem == 0 {
@@ -314,7 +320,10 @@ impl ArenaConfig {
             ),
             (
                 keys::MAX_POWER_OF_TWO_EXTEND_BYTES,
-                self.max_power_of_two_extend_bytes.to_string(),
+                // 2^63 is outside what the key accepts; 2^63−1 rounds back to it.
+                self.max_power_of_two_extend_bytes
+                    .min(INT64_MAX)
+                    .to_string(),
             ),
             (keys::MAX_MEM, max_mem.to_string()),
             (

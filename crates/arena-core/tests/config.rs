@@ -227,3 +227,16 @@ fn differing_keys_names_exactly_the_keys_that_differ() {
     );
     assert!(a.differing_keys(&a.clone()).is_empty());
 }
+
+/// Issue 11, item 11: the README's maximum was refused with a message quoting 2^63.
+#[test]
+fn the_documented_maximum_of_max_power_of_two_extend_bytes_is_accepted_and_round_trips() {
+    let c = parse("arena.max_power_of_two_extend_bytes", "9223372036854775807")
+        .expect("2^63-1 is in the documented range");
+    assert_eq!(c.max_power_of_two_extend_bytes, 1 << 63);
+    c.validate().expect("what the parser returns validates");
+    let pairs = c.to_pairs();
+    let back = ArenaConfig::from_pairs(pairs.clone()).expect("a parsed config's own pairs parse");
+    assert_eq!(back, c);
+    assert_eq!(back.to_pairs(), pairs);
+}
