@@ -81,6 +81,19 @@ pub trait Allocator: Send + Sync + std::fmt::Debug {
 
     /// Sets `len` bytes at `addr` to `byte`, with `write`'s range rule.
     fn fill(&self, addr: u64, byte: u8, len: u64) -> Result<()>;
+
+    /// Hands every byte back to the raw allocator (live allocations included) and makes
+    /// every later call fail with [`ArenaError::Released`] (stats read as empty). The factory
+    /// retires an allocator when its last user releases it, so the memory comes back then,
+    /// even if a stale reference to the allocator remains somewhere. Idempotent.
+    fn retire(&self);
+}
+
+/// The error of every call on a retired allocator.
+pub(crate) fn retired() -> ArenaError {
+    ArenaError::Released {
+        what: "the allocator".into(),
+    }
 }
 
 /// The error for a range that is not inside one live allocation.
@@ -111,6 +124,18 @@ struct PlainState {
     /// Live allocations, tagged with whether each is a reserve.
     live: LiveBlocks<bool>,
     stats: AllocatorStats,
+    /// Set by `retire`: everything went back and every call fails.
+    retired: bool,
+}
+
+impl PlainState {
+    fn check_live(&self) -> Result<()> {
+        if self.retired {
+            Err(retired())
+        } else {
+            Ok(())
+        }
+    }
 }
 
 impl<R: RawAllocator> PlainAllocator<R> {
@@ -122,6 +147,7 @@ impl<R: RawAllocator> PlainAllocator<R> {
             state: Mutex::new(PlainState {
                 live: LiveBlocks::new("this allocator"),
                 stats: AllocatorStats::with_limit(u64::MAX),
+                retired: false,
             }),
         }
     }
@@ -142,6 +168,7 @@ impl<R: RawAllocator> PlainAllocator<R> {
             return Ok(None);
         }
         let mut st = self.state.lock();
+        st.check_live()?;
         let addr = self.raw.alloc(size)?;
         st.live.insert(addr, size, reserve);
         st.stats.add_in_use(size, size);
@@ -157,17 +184,32 @@ impl<R: RawAllocator> PlainAllocator<R> {
     /// allocation, so no free can race the copy.
     fn in_range<T>(&self, addr: u64, len: u64, op: impl FnOnce(&R) -> Result<T>) -> Result<T> {
         let st = self.state.lock();
+        st.check_live()?;
         st.live.containing(addr, len)?;
         op(&self.raw)
+    }
+
+    fn retire_state(&self, st: &mut PlainState) {
+        for (addr, size, _) in st.live.drain() {
+            // Nothing can be reported from here; the raw allocator counts what it got back.
+            let _ = self.raw.free(addr, size);
+        }
+        st.stats = AllocatorStats::with_limit(u64::MAX);
+        st.retired = true;
     }
 }
 
 impl<R: RawAllocator> Drop for PlainAllocator<R> {
     fn drop(&mut self) {
-        for (addr, size, _) in self.state.get_mut().live.drain() {
-            // Nothing can be reported from a drop; the raw allocator counts what it got back.
-            let _ = self.raw.free(addr, size);
-        }
+        let mut st = std::mem::replace(
+            self.state.get_mut(),
+            PlainState {
+                live: LiveBlocks::new("this allocator"),
+                stats: AllocatorStats::default(),
+                retired: true,
+            },
+        );
+        self.retire_state(&mut st);
     }
 }
 
@@ -181,6 +223,7 @@ impl<R: RawAllocator> Allocator for PlainAllocator<R> {
             return Ok(());
         }
         let mut st = self.state.lock();
+        st.check_live()?;
         let (size, reserve) = st.live.get(addr)?;
         self.raw.free(addr, size)?;
         st.live.remove(addr)?;
@@ -210,7 +253,9 @@ impl<R: RawAllocator> Allocator for PlainAllocator<R> {
     }
 
     fn allocated_size(&self, addr: u64) -> Result<u64> {
-        Ok(self.state.lock().live.get(addr)?.0)
+        let st = self.state.lock();
+        st.check_live()?;
+        Ok(st.live.get(addr)?.0)
     }
 
     fn requested_size(&self, addr: u64) -> Result<u64> {
@@ -228,5 +273,12 @@ impl<R: RawAllocator> Allocator for PlainAllocator<R> {
 
     fn fill(&self, addr: u64, byte: u8, len: u64) -> Result<()> {
         self.in_range(addr, len, |raw| raw.fill(addr, byte, len))
+    }
+
+    fn retire(&self) {
+        let mut st = self.state.lock();
+        if !st.retired {
+            self.retire_state(&mut st);
+        }
     }
 }

@@ -3,7 +3,9 @@
 //! DESIGN's decisions on top. This file is policy; the structures live in `bins`,
 //! `free_list`, `chunks` and `region`.
 //!
-//! One mutex guards the whole state, as in ORT; raw allocator calls happen under it.
+//! One mutex guards the whole state, as in ORT; raw allocator calls happen under it. The
+//! state sits behind an `Arc` so that streams can tell the arena, through a weak reference,
+//! when they are released (it then resets their chunks; see `stream.rs`).
 
 use crate::addr_map::{AddrMap, AddrTable};
 use crate::allocator::{out_of_range, range_inside, Allocator};
@@ -18,7 +20,8 @@ use crate::memory_log::{BinLog, ChunkLog, MemoryLog, RegionLog, ReserveLog};
 use crate::raw::RawAllocator;
 use crate::region::{Region, RegionSet};
 use crate::stats::AllocatorStats;
-use crate::stream::{Clock, Stream, StreamId};
+use crate::stream::{Clock, Stream, StreamId, StreamUser};
+use std::sync::Arc;
 
 /// ORT's back-off: a refused region is retried at 90% of its size (single precision, as ORT
 /// computes it) until it would be smaller than the request or than this many bytes.
@@ -31,7 +34,7 @@ pub struct Arena<R: RawAllocator> {
     raw: R,
     config: ArenaConfig,
     stream_aware: bool,
-    state: ArenaLock<State>,
+    state: Arc<ArenaLock<State>>,
 }
 
 #[derive(Debug)]
@@ -49,6 +52,10 @@ struct State {
     growth: u64,
     next_region_id: u64,
     next_alloc_id: u64,
+    /// Set by [`Allocator::retire`]: every region and reserve went back to the raw allocator
+    /// and every call fails with `ERR_ARENA_RELEASED`. Checked only on the paths a retired
+    /// arena reaches anyway (no free chunk, no live chunk), so the common path pays nothing.
+    retired: bool,
 }
 
 impl<R: RawAllocator> Arena<R> {
@@ -66,12 +73,13 @@ impl<R: RawAllocator> Arena<R> {
             growth: round_up_256(first).unwrap_or(first),
             next_region_id: 0,
             next_alloc_id: 1,
+            retired: false,
         };
         Ok(Arena {
             raw,
             config,
             stream_aware: true,
-            state: ArenaLock::new(state),
+            state: Arc::new(ArenaLock::new(state)),
         })
     }
 
@@ -119,22 +127,26 @@ impl<R: RawAllocator> Arena<R> {
         }
         let rounded = self.rounded(size)?;
         let mut st = self.state.lock();
-        let clock = stream.map(Stream::clock);
-        let clock = clock.as_deref();
+        let mut clock = stream.map(Stream::clock);
         let consumer = stream.map_or(0, Stream::id);
-        let id = match st.find(rounded, consumer, clock) {
+        let id = match st.find(rounded, consumer, clock.as_deref()) {
             Some(id) => id,
-            None => self.grow_and_find(&mut st, rounded, size, consumer, clock)?,
+            None => self.grow_and_find(&mut st, rounded, size, consumer, clock.as_deref())?,
         };
-        let sync_id = clock.map_or(0, Clock::sync_id);
-        Ok(Some(st.take(
+        let sync_id = clock.as_deref().map_or(0, Clock::sync_id);
+        let addr = st.take(
             id,
             rounded,
             size,
             consumer,
             sync_id,
             self.config.max_dead_bytes_per_chunk,
-        )))
+        );
+        // The chunk is tagged with the stream now: the stream must tell us when it goes.
+        if let Some(clock) = clock.as_mut() {
+            clock.register_user(&self.state);
+        }
+        Ok(Some(addr))
     }
 
     /// No free chunk fits: grow the arena (releasing idle regions first if growing fails)
@@ -149,6 +161,7 @@ impl<R: RawAllocator> Arena<R> {
         consumer: StreamId,
         clock: Option<&Clock>,
     ) -> Result<u32> {
+        st.check_live()?;
         st.with_release_retry(&self.raw, &self.config, |st| {
             st.try_extend(&self.raw, &self.config, rounded, size)
         })?;
@@ -160,6 +173,7 @@ impl<R: RawAllocator> Arena<R> {
     #[cold]
     #[inline(never)]
     fn free_other(&self, st: &mut State, addr: u64) -> Result<()> {
+        st.check_live()?;
         if let Some(&size) = st.reserves.get(&addr) {
             self.raw.free(addr, size)?;
             st.reserves.remove(&addr);
@@ -175,6 +189,7 @@ impl<R: RawAllocator> Arena<R> {
     /// allocation (its requested size), so no free can race the copy.
     fn in_range<T>(&self, addr: u64, len: u64, op: impl FnOnce(&R) -> Result<T>) -> Result<T> {
         let st = self.state.lock();
+        st.check_live()?;
         if st.contains_range(addr, len) {
             op(&self.raw)
         } else {
@@ -191,7 +206,46 @@ impl<R: RawAllocator> Arena<R> {
     }
 }
 
+impl StreamUser for ArenaLock<State> {
+    fn stream_released(&self, id: StreamId) {
+        self.lock().reset_stream(id);
+    }
+}
+
 impl State {
+    /// `ERR_ARENA_RELEASED` once the arena is retired.
+    fn check_live(&self) -> Result<()> {
+        if self.retired {
+            return Err(ArenaError::Released {
+                what: "the allocator".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Hands every region and reserve back to `raw` and empties the arena for good.
+    fn retire<R: RawAllocator>(&mut self, raw: &R) {
+        // Nothing can be reported here (retire and drop cannot fail); the raw allocator's
+        // counters show what came back.
+        for (_, r) in self.regions.iter() {
+            let _ = raw.free(r.base, r.size);
+        }
+        for (&addr, &size) in self.reserves.iter() {
+            let _ = raw.free(addr, size);
+        }
+        let limit = self.stats.limit;
+        self.chunks = ChunkSlab::default();
+        self.bins = FreeBins::new();
+        self.regions = RegionSet::default();
+        self.live = AddrTable::default();
+        self.reserves = AddrMap::default();
+        self.stats = AllocatorStats {
+            limit,
+            ..AllocatorStats::default()
+        };
+        self.retired = true;
+    }
+
     /// The best free chunk for `rounded` bytes that stream `consumer` may use (0: no stream).
     #[inline]
     fn find(&self, rounded: u64, consumer: StreamId, clock: Option<&Clock>) -> Option<u32> {
@@ -585,10 +639,13 @@ impl State {
     fn live_chunk(&self, addr: u64) -> Result<&Chunk> {
         match self.live.get(addr) {
             Some(id) => Ok(self.chunks.get(id)),
-            None => Err(ArenaError::unknown_pointer(
-                addr,
-                self.describe_unknown(addr),
-            )),
+            None => {
+                self.check_live()?;
+                Err(ArenaError::unknown_pointer(
+                    addr,
+                    self.describe_unknown(addr),
+                ))
+            }
         }
     }
 
@@ -752,13 +809,11 @@ impl State {
 
 impl<R: RawAllocator> Drop for Arena<R> {
     fn drop(&mut self) {
-        let st = self.state.get_mut();
-        // Nothing can be reported from a drop; the raw allocator's counters show what came back.
-        for (_, r) in st.regions.iter() {
-            let _ = self.raw.free(r.base, r.size);
-        }
-        for (&addr, &size) in st.reserves.iter() {
-            let _ = self.raw.free(addr, size);
+        // A stream being released on another thread may still hold the state for a moment
+        // (to reset its chunks); retiring under the lock leaves it nothing to touch.
+        let mut st = self.state.lock();
+        if !st.retired {
+            st.retire(&self.raw);
         }
     }
 }
@@ -787,6 +842,7 @@ impl<R: RawAllocator> Allocator for Arena<R> {
             return Ok(None);
         }
         let mut st = self.state.lock();
+        st.check_live()?;
         let addr = st.with_release_retry(&self.raw, &self.config, |st| {
             st.try_reserve(&self.raw, &self.config, size)
         })?;
@@ -813,8 +869,17 @@ impl<R: RawAllocator> Allocator for Arena<R> {
     }
 
     fn reset_chunks_using_stream(&self, stream: &Stream) -> Result<()> {
-        self.state.lock().reset_stream(stream.id());
+        let mut st = self.state.lock();
+        st.check_live()?;
+        st.reset_stream(stream.id());
         Ok(())
+    }
+
+    fn retire(&self) {
+        let mut st = self.state.lock();
+        if !st.retired {
+            st.retire(&self.raw);
+        }
     }
 
     fn info(&self) -> MemoryInfo {
@@ -831,6 +896,7 @@ impl<R: RawAllocator> Allocator for Arena<R> {
 
     fn shrink(&self) -> Result<()> {
         let mut st = self.state.lock();
+        st.check_live()?;
         let (_, err) = st.release_idle_regions(&self.raw);
         st.reset_growth(&self.config);
         err.map_or(Ok(()), Err)

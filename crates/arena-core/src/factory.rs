@@ -3,20 +3,26 @@
 //! created on first use, destroyed (all memory back to the backend) when the count reaches
 //! zero. Read-only (initializer) allocators bypass the arena and are not shared. Factories
 //! can be looked up process-wide by name, so worker threads share arenas.
+//!
+//! Every allocator the factory hands out is tracked with its user count — the current shared
+//! ones, read-only ones, and shared ones replaced while users still held them — and the last
+//! release retires it ([`Allocator::retire`]): all its memory goes back to the backend at
+//! that moment, whatever references to it remain.
 
 use crate::allocator::{Allocator, PlainAllocator};
 use crate::arena::Arena;
 use crate::backend::Backend;
 use crate::config::ArenaConfig;
 use crate::error::{ArenaError, Result};
+use crate::foreign_streams::ForeignStreams;
 use crate::memory_info::{AllocatorType, MemoryInfo, MemoryKind};
 use crate::raw::RawStats;
 use parking_lot::Mutex;
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock, Weak};
 
 /// Which shared allocator of a device.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum SharedKind {
     /// The BFC arena over device memory.
     DeviceArena,
@@ -32,7 +38,47 @@ pub enum SharedKind {
 struct Shared {
     allocator: Arc<dyn Allocator>,
     config: ArenaConfig,
+    /// Users that have not released it yet; the allocator is retired when this reaches 0.
     users: u32,
+    /// The host-owned streams its users allocate on, by handle.
+    streams: Arc<ForeignStreams>,
+}
+
+impl Shared {
+    fn new(allocator: Arc<dyn Allocator>, config: ArenaConfig) -> Self {
+        Shared {
+            allocator,
+            config,
+            users: 1,
+            streams: Arc::new(ForeignStreams::new()),
+        }
+    }
+
+    fn created(&self, kind: Option<SharedKind>, warnings: Vec<String>) -> Created {
+        Created {
+            allocator: self.allocator.clone(),
+            kind,
+            warnings,
+            streams: self.streams.clone(),
+        }
+    }
+
+    /// The last user is gone: every byte back, and its foreign streams forgotten.
+    fn retire(self) {
+        self.allocator.retire();
+        self.streams.clear();
+    }
+}
+
+/// What the factory tracks. `BTreeMap` and `Vec` rather than hash maps: factories live in the
+/// process-wide registry, and leak checkers (valgrind) see their nodes as reachable.
+#[derive(Debug, Default)]
+struct Entries {
+    /// `(kind, device)` → the current shared allocator.
+    current: BTreeMap<(SharedKind, u32), Shared>,
+    /// Allocators handed out that are not the current shared one: read-only ones, and
+    /// shared ones replaced while users still held them.
+    detached: Vec<Shared>,
 }
 
 /// What a create call gives back.
@@ -44,6 +90,8 @@ pub struct Created {
     pub kind: Option<SharedKind>,
     /// Warnings for the caller's logger (differing options, fallbacks).
     pub warnings: Vec<String>,
+    /// The host-owned streams of this allocator (shared by all its users).
+    pub streams: Arc<ForeignStreams>,
 }
 
 /// What a release did.
@@ -51,10 +99,10 @@ pub struct Created {
 pub enum Released {
     /// One user fewer; this many remain.
     Counted(u32),
-    /// The last user: the allocator was dropped from the cache and its memory returned once
-    /// no handle holds it.
+    /// The last user: the allocator was retired and all its memory returned.
     Destroyed,
-    /// Not a shared allocator of this factory (read-only, or replaced): nothing counted.
+    /// Not an allocator of this factory, or one already released by all its users: nothing
+    /// counted.
     Untracked,
 }
 
@@ -63,8 +111,8 @@ pub enum Released {
 pub struct Factory {
     name: String,
     backend: Arc<dyn Backend>,
-    /// `(kind, device)` → shared allocator. Lock order: this lock, then an allocator's own.
-    entries: Mutex<HashMap<(SharedKind, u32), Shared>>,
+    /// Lock order: this lock, then an allocator's own.
+    entries: Mutex<Entries>,
 }
 
 fn addr_of(a: &Arc<dyn Allocator>) -> *const () {
@@ -77,7 +125,7 @@ impl Factory {
         Factory {
             name: name.into(),
             backend,
-            entries: Mutex::new(HashMap::new()),
+            entries: Mutex::new(Entries::default()),
         }
     }
 
@@ -163,17 +211,16 @@ impl Factory {
     ) -> Result<Created> {
         self.check_device(&info)?;
         let mut warnings = Vec::new();
+        let config = options.cloned().unwrap_or_default();
+        config.validate()?;
         if info.allocator_type == AllocatorType::ReadOnly {
             let raw = self.backend.raw(info.kind, info.device_id)?;
             let allocator: Arc<dyn Allocator> = Arc::new(PlainAllocator::new(raw).with_info(info));
-            return Ok(Created {
-                allocator,
-                kind: None,
-                warnings,
-            });
+            let shared = Shared::new(allocator, config);
+            let created = shared.created(None, warnings);
+            self.entries.lock().detached.push(shared);
+            return Ok(created);
         }
-        let config = options.cloned().unwrap_or_default();
-        config.validate()?;
         let mut kind = match info.kind {
             MemoryKind::Cuda if config.use_cuda_mempool => SharedKind::Mempool,
             MemoryKind::Cuda => SharedKind::DeviceArena,
@@ -181,11 +228,14 @@ impl Factory {
             MemoryKind::Cpu => SharedKind::CpuArena,
         };
         let device = info.device_id;
-        let mut entries = self.entries.lock();
+        let mut guard = self.entries.lock();
+        let entries = &mut *guard;
         if replace {
-            entries.remove(&(kind, device));
+            if let Some(old) = entries.current.remove(&(kind, device)) {
+                entries.detached.push(old);
+            }
         }
-        if let Some(shared) = entries.get_mut(&(kind, device)) {
+        if let Some(shared) = entries.current.get_mut(&(kind, device)) {
             if let Some(opts) = options {
                 let differing = shared.config.differing_keys(opts);
                 if !differing.is_empty() {
@@ -198,11 +248,7 @@ impl Factory {
                 }
             }
             shared.users += 1;
-            return Ok(Created {
-                allocator: shared.allocator.clone(),
-                kind: Some(kind),
-                warnings,
-            });
+            return Ok(shared.created(Some(kind), warnings));
         }
         let allocator = match self.make(kind, device, &config) {
             Err(ArenaError::InvalidArgument { reason })
@@ -212,51 +258,59 @@ impl Factory {
                     "the CUDA memory pool is not supported for {info} ({reason}); using the arena"
                 ));
                 kind = SharedKind::DeviceArena;
-                if let Some(shared) = entries.get_mut(&(kind, device)) {
+                if let Some(shared) = entries.current.get_mut(&(kind, device)) {
                     shared.users += 1;
-                    return Ok(Created {
-                        allocator: shared.allocator.clone(),
-                        kind: Some(kind),
-                        warnings,
-                    });
+                    return Ok(shared.created(Some(kind), warnings));
                 }
                 self.make(kind, device, &config)?
             }
             other => other?,
         };
-        entries.insert(
-            (kind, device),
-            Shared {
-                allocator: allocator.clone(),
-                config,
-                users: 1,
-            },
-        );
-        Ok(Created {
-            allocator,
-            kind: Some(kind),
-            warnings,
-        })
+        let shared = Shared::new(allocator, config);
+        let created = shared.created(Some(kind), warnings);
+        entries.current.insert((kind, device), shared);
+        Ok(created)
     }
 
-    /// Counts one user of `allocator` fewer; at zero the factory drops it, and its memory goes
-    /// back to the backend once no handle holds it.
+    /// Counts one user of `allocator` fewer; the last release retires it: all its memory goes
+    /// back to the backend now.
     pub fn release_allocator(&self, allocator: &Arc<dyn Allocator>) -> Released {
-        let mut entries = self.entries.lock();
-        let key = entries
-            .iter()
-            .find(|(_, s)| addr_of(&s.allocator) == addr_of(allocator))
-            .map(|(k, _)| *k);
-        let Some(key) = key else {
-            return Released::Untracked;
+        let retired = {
+            let mut guard = self.entries.lock();
+            let entries = &mut *guard;
+            let is_it = |s: &Shared| addr_of(&s.allocator) == addr_of(allocator);
+            if let Some(key) = entries
+                .current
+                .iter()
+                .find(|(_, s)| is_it(s))
+                .map(|(k, _)| *k)
+            {
+                match entries.current.get_mut(&key) {
+                    Some(shared) if shared.users > 1 => {
+                        shared.users -= 1;
+                        return Released::Counted(shared.users);
+                    }
+                    _ => entries.current.remove(&key),
+                }
+            } else if let Some(i) = entries.detached.iter().position(is_it) {
+                let shared = &mut entries.detached[i];
+                if shared.users > 1 {
+                    shared.users -= 1;
+                    return Released::Counted(shared.users);
+                }
+                Some(entries.detached.swap_remove(i))
+            } else {
+                None
+            }
         };
-        let shared = entries.get_mut(&key).expect("found just above");
-        shared.users -= 1;
-        if shared.users == 0 {
-            entries.remove(&key);
-            Released::Destroyed
-        } else {
-            Released::Counted(shared.users)
+        match retired {
+            // Outside the factory's lock: retiring returns memory to the backend and drops
+            // streams, which call into allocators.
+            Some(shared) => {
+                shared.retire();
+                Released::Destroyed
+            }
+            None => Released::Untracked,
         }
     }
 
@@ -264,8 +318,16 @@ impl Factory {
     pub fn users(&self, kind: SharedKind, device: u32) -> u32 {
         self.entries
             .lock()
+            .current
             .get(&(kind, device))
             .map_or(0, |s| s.users)
+    }
+
+    /// How many allocators this factory has handed out that are not yet released by all
+    /// their users (current shared ones, read-only ones, replaced ones still held).
+    pub fn live_allocators(&self) -> usize {
+        let entries = self.entries.lock();
+        entries.current.len() + entries.detached.len()
     }
 }
 
@@ -278,11 +340,13 @@ fn kind_name(kind: SharedKind) -> &'static str {
     }
 }
 
-type Registry = Mutex<HashMap<String, (String, Weak<Factory>)>>;
+/// Name → (spec, factory). A `BTreeMap`: it is process-wide and lives until exit, and leak
+/// checkers see its nodes as reachable (a hash map's table is only pointed into).
+type Registry = Mutex<BTreeMap<String, (String, Weak<Factory>)>>;
 
 fn registry() -> &'static Registry {
     static REGISTRY: OnceLock<Registry> = OnceLock::new();
-    REGISTRY.get_or_init(|| Mutex::new(HashMap::new()))
+    REGISTRY.get_or_init(|| Mutex::new(BTreeMap::new()))
 }
 
 /// The process-wide factory named `name`: the live one if it exists (it must have been made
@@ -295,11 +359,13 @@ pub fn named_factory(
     make: impl FnOnce() -> Result<Factory>,
 ) -> Result<Arc<Factory>> {
     let mut reg = registry().lock();
+    // Factories no one holds any more are forgotten, so the registry follows the live ones.
+    reg.retain(|_, (_, weak)| weak.strong_count() > 0);
     if let Some((existing_spec, weak)) = reg.get(name) {
         if let Some(factory) = weak.upgrade() {
             if existing_spec != spec {
                 return Err(ArenaError::invalid_argument(format!(
-                    "factory {name:?} already exists with backend {existing_spec}, not {spec}"
+                    "a factory named {name:?} already exists with {existing_spec}; this one asks for {spec}"
                 )));
             }
             return Ok(factory);

@@ -57,6 +57,18 @@ impl<T: Copy> LiveBlocks<T> {
             .ok_or_else(|| out_of_range(addr, len, self.owner))
     }
 
+    /// Changes every block tagged `from` to `to`.
+    pub fn retag(&mut self, from: T, to: T)
+    where
+        T: PartialEq,
+    {
+        for (_, tag) in self.blocks.values_mut() {
+            if *tag == from {
+                *tag = to;
+            }
+        }
+    }
+
     /// `(address, size, tag)` of every live block, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = (u64, u64, T)> + '_ {
         self.blocks.iter().map(|(&a, &(s, t))| (a, s, t))

@@ -80,11 +80,6 @@ impl<T> ArenaLock<T> {
             }
         }
     }
-
-    /// The value, without locking: `&mut self` proves no one else holds the lock.
-    pub fn get_mut(&mut self) -> &mut T {
-        self.value.get_mut()
-    }
 }
 
 impl<T> Deref for ArenaGuard<'_, T> {

@@ -3,9 +3,11 @@
 //! stats are tested without a GPU. Like a CUDA pool it is stream-ordered: a freed block goes
 //! back to the pool tagged with the stream it was used on and is reused by that stream (or,
 //! once it has no stream, by anyone); cached bytes beyond the release threshold go back to
-//! the raw allocator; `shrink` trims the cache to `bytes_to_keep_on_shrink`.
+//! the raw allocator; `shrink` trims the cache to `bytes_to_keep_on_shrink`. A released
+//! stream's blocks lose their tag (the state is shared with the stream through a weak
+//! reference, as the arena's is).
 
-use crate::allocator::Allocator;
+use crate::allocator::{retired, Allocator};
 use crate::config::ArenaConfig;
 use crate::error::Result;
 use crate::live_blocks::LiveBlocks;
@@ -13,8 +15,9 @@ use crate::memory_info::MemoryInfo;
 use crate::memory_log::MemoryLog;
 use crate::raw::RawAllocator;
 use crate::stats::AllocatorStats;
-use crate::stream::{Stream, StreamId};
+use crate::stream::{Stream, StreamId, StreamUser};
 use parking_lot::Mutex;
+use std::sync::Arc;
 
 /// A stream-ordered pool over a raw allocator; see the module docs.
 #[derive(Debug)]
@@ -22,7 +25,7 @@ pub struct PoolAllocator<R: RawAllocator> {
     raw: R,
     release_threshold: u64,
     bytes_to_keep_on_shrink: u64,
-    state: Mutex<PoolState>,
+    state: Arc<Mutex<PoolState>>,
 }
 
 #[derive(Debug)]
@@ -33,6 +36,34 @@ struct PoolState {
     cached: Vec<(u64, u64, StreamId)>,
     cached_bytes: u64,
     stats: AllocatorStats,
+    /// Set by `retire`: everything went back and every call fails.
+    retired: bool,
+}
+
+impl PoolState {
+    fn check_live(&self) -> Result<()> {
+        if self.retired {
+            Err(retired())
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Blocks tagged with `stream` become anyone's.
+    fn forget_stream(&mut self, stream: StreamId) {
+        for (_, _, s) in self.cached.iter_mut() {
+            if *s == stream {
+                *s = 0;
+            }
+        }
+        self.live.retag(stream, 0);
+    }
+}
+
+impl StreamUser for Mutex<PoolState> {
+    fn stream_released(&self, id: StreamId) {
+        self.lock().forget_stream(id);
+    }
 }
 
 impl<R: RawAllocator> PoolAllocator<R> {
@@ -43,7 +74,7 @@ impl<R: RawAllocator> PoolAllocator<R> {
             raw,
             release_threshold: config.cuda_mempool_release_threshold.unwrap_or(u64::MAX),
             bytes_to_keep_on_shrink: config.cuda_mempool_bytes_to_keep_on_shrink,
-            state: Mutex::new(PoolState {
+            state: Arc::new(Mutex::new(PoolState {
                 live: LiveBlocks::new("this memory pool"),
                 cached: Vec::new(),
                 cached_bytes: 0,
@@ -51,7 +82,8 @@ impl<R: RawAllocator> PoolAllocator<R> {
                     limit: 0,
                     ..Default::default()
                 },
-            }),
+                retired: false,
+            })),
         }
     }
 
@@ -60,11 +92,16 @@ impl<R: RawAllocator> PoolAllocator<R> {
         &self.raw
     }
 
-    fn allocate(&self, size: u64, stream: StreamId) -> Result<Option<u64>> {
+    fn allocate(&self, size: u64, stream: Option<&Stream>) -> Result<Option<u64>> {
         if size == 0 {
             return Ok(None);
         }
         let mut st = self.state.lock();
+        st.check_live()?;
+        if let Some(s) = stream {
+            s.clock().register_user(&self.state);
+        }
+        let stream = stream.map_or(0, Stream::id);
         let reuse = st
             .cached
             .iter()
@@ -89,6 +126,7 @@ impl<R: RawAllocator> PoolAllocator<R> {
     /// Runs `op` under the lock once `[addr, addr+len)` is known to lie in one live block.
     fn in_range<T>(&self, addr: u64, len: u64, op: impl FnOnce(&R) -> Result<T>) -> Result<T> {
         let st = self.state.lock();
+        st.check_live()?;
         st.live.containing(addr, len)?;
         op(&self.raw)
     }
@@ -105,23 +143,34 @@ impl<R: RawAllocator> PoolAllocator<R> {
         }
         Ok(())
     }
-}
 
-impl<R: RawAllocator> Drop for PoolAllocator<R> {
-    fn drop(&mut self) {
-        let st = self.state.get_mut();
+    /// Hands every block back and marks the pool retired.
+    fn retire_state(&self, st: &mut PoolState) {
+        // Nothing can be reported from here; the raw allocator counts what it got back.
         for (addr, size, _) in st.live.drain() {
             let _ = self.raw.free(addr, size);
         }
         for (addr, size, _) in st.cached.drain(..) {
             let _ = self.raw.free(addr, size);
         }
+        st.cached_bytes = 0;
+        st.stats = AllocatorStats {
+            limit: 0,
+            ..Default::default()
+        };
+        st.retired = true;
+    }
+}
+
+impl<R: RawAllocator> Drop for PoolAllocator<R> {
+    fn drop(&mut self) {
+        Allocator::retire(self);
     }
 }
 
 impl<R: RawAllocator> Allocator for PoolAllocator<R> {
     fn alloc(&self, size: u64) -> Result<Option<u64>> {
-        self.allocate(size, 0)
+        self.allocate(size, None)
     }
 
     fn free(&self, addr: u64) -> Result<()> {
@@ -129,6 +178,7 @@ impl<R: RawAllocator> Allocator for PoolAllocator<R> {
             return Ok(());
         }
         let mut st = self.state.lock();
+        st.check_live()?;
         // DESIGN decision 8: a foreign free is an error, not a warning.
         let (size, stream) = st.live.remove(addr)?;
         st.stats.remove_in_use(size, size);
@@ -142,7 +192,7 @@ impl<R: RawAllocator> Allocator for PoolAllocator<R> {
 
     /// A pool has no reserve of its own: ORT's pool allocator serves it as an allocation.
     fn reserve(&self, size: u64) -> Result<Option<u64>> {
-        self.allocate(size, 0)
+        self.allocate(size, None)
     }
 
     fn is_stream_aware(&self) -> bool {
@@ -150,7 +200,14 @@ impl<R: RawAllocator> Allocator for PoolAllocator<R> {
     }
 
     fn alloc_on_stream(&self, size: u64, stream: &Stream) -> Result<Option<u64>> {
-        self.allocate(size, stream.id())
+        self.allocate(size, Some(stream))
+    }
+
+    fn reset_chunks_using_stream(&self, stream: &Stream) -> Result<()> {
+        let mut st = self.state.lock();
+        st.check_live()?;
+        st.forget_stream(stream.id());
+        Ok(())
     }
 
     fn info(&self) -> MemoryInfo {
@@ -167,6 +224,7 @@ impl<R: RawAllocator> Allocator for PoolAllocator<R> {
 
     fn shrink(&self) -> Result<()> {
         let mut st = self.state.lock();
+        st.check_live()?;
         self.trim(&mut st, self.bytes_to_keep_on_shrink)?;
         st.stats.num_arena_shrinkages += 1;
         Ok(())
@@ -178,7 +236,9 @@ impl<R: RawAllocator> Allocator for PoolAllocator<R> {
     }
 
     fn allocated_size(&self, addr: u64) -> Result<u64> {
-        Ok(self.state.lock().live.get(addr)?.0)
+        let st = self.state.lock();
+        st.check_live()?;
+        Ok(st.live.get(addr)?.0)
     }
 
     fn requested_size(&self, addr: u64) -> Result<u64> {
@@ -196,5 +256,12 @@ impl<R: RawAllocator> Allocator for PoolAllocator<R> {
 
     fn fill(&self, addr: u64, byte: u8, len: u64) -> Result<()> {
         self.in_range(addr, len, |raw| raw.fill(addr, byte, len))
+    }
+
+    fn retire(&self) {
+        let mut st = self.state.lock();
+        if !st.retired {
+            self.retire_state(&mut st);
+        }
     }
 }

@@ -1,4 +1,4 @@
-//! Streams as the arena sees them: an identity plus ONNX Runtime's sync-id clock.
+//! Streams as the arena sees them: an identity, ONNX Runtime's sync-id clock, and a lifetime.
 //!
 //! `record()` bumps the stream's sync id and returns an event carrying it (and everything the
 //! stream itself has waited on, so knowledge passes along chains of waits); `wait(ev)` makes
@@ -6,17 +6,33 @@
 //! be taken by stream T only when `k < T.last_wait_sync_id(S)`: T has waited on an event S
 //! recorded after the chunk was handed out on S.
 //!
+//! Lifetime: an allocator that tags memory with a stream registers itself with the stream
+//! (a [`StreamUser`], held weakly). When the last clone of the stream is dropped, every such
+//! allocator is told ([`StreamUser::stream_released`]) and resets the stream's chunks, as
+//! ONNX Runtime's `ResetChunksUsingStream`: they lose the tag, merge with their neighbours
+//! and any stream may take them. So a stream never pins memory after it is gone. What a
+//! stream remembers of others (the sync ids it waited on) is kept only for streams that are
+//! still alive, so per-stream state is bounded by the streams alive, not by those ever seen.
+//!
 //! On the `cuda` backend the bridge pairs this clock with a `CUstream` and real events; on
 //! `host` and `virtual` it is the whole stream.
 
 use parking_lot::{Mutex, MutexGuard};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
-/// A stream's identity; `0` means "no stream".
+/// A stream's identity; `0` means "no stream". Identities are never reused.
 pub type StreamId = u64;
 
 static NEXT_STREAM_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Something that tags memory with streams: told when a stream it used is gone.
+pub trait StreamUser: Send + Sync {
+    /// The stream `id` was released (its last clone dropped): forget it, so its memory is
+    /// free for every stream. Called on the thread that dropped the stream, with no lock of
+    /// the stream held.
+    fn stream_released(&self, id: StreamId);
+}
 
 /// A logical stream. Cloning gives another handle to the same stream.
 #[derive(Debug, Clone)]
@@ -24,7 +40,6 @@ pub struct Stream {
     inner: Arc<StreamInner>,
 }
 
-#[derive(Debug)]
 struct StreamInner {
     id: StreamId,
     /// The backend's handle for this stream (a `CUstream` on `cuda`), 0 for a logical one.
@@ -32,19 +47,44 @@ struct StreamInner {
     clock: Mutex<Clock>,
 }
 
-/// A stream's sync id and the last sync id it waited on, per producer stream.
-#[derive(Debug, Default)]
+impl std::fmt::Debug for StreamInner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stream")
+            .field("id", &self.id)
+            .field("native", &self.native)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a stream knows of another: that stream's sync id at the last of its events this
+/// stream waited on (or that its producer had waited on).
+#[derive(Clone)]
+struct Known {
+    stream: StreamId,
+    sync_id: u64,
+    /// Whether that stream is still alive; once it is gone its chunks are reset and what we
+    /// knew of it is of no use.
+    alive: Weak<StreamInner>,
+}
+
+/// Entries a stream keeps of others before it drops those of dead streams.
+const KNOWN_BEFORE_PRUNING: usize = 16;
+
+/// A stream's sync id, what it waited on, and who tagged memory with it.
+#[derive(Default)]
 pub(crate) struct Clock {
     sync_id: u64,
-    /// `(producer, sync id)`, one entry per producer, ascending by producer.
-    waited: Vec<(StreamId, u64)>,
+    /// One entry per producer, ascending by producer.
+    waited: Vec<Known>,
+    /// Allocators holding memory tagged with this stream; told when it is released.
+    users: Vec<Weak<dyn StreamUser>>,
 }
 
 impl Clock {
     /// The sync id of the producer's last event this stream waited on; 0 if none.
     pub(crate) fn last_wait(&self, producer: StreamId) -> u64 {
-        match self.waited.binary_search_by_key(&producer, |e| e.0) {
-            Ok(i) => self.waited[i].1,
+        match self.waited.binary_search_by_key(&producer, |e| e.stream) {
+            Ok(i) => self.waited[i].sync_id,
             Err(_) => 0,
         }
     }
@@ -53,21 +93,84 @@ impl Clock {
         self.sync_id
     }
 
-    fn note(&mut self, producer: StreamId, sync_id: u64) {
-        match self.waited.binary_search_by_key(&producer, |e| e.0) {
-            Ok(i) => self.waited[i].1 = self.waited[i].1.max(sync_id),
-            Err(i) => self.waited.insert(i, (producer, sync_id)),
+    fn note(&mut self, known: &Known) {
+        match self
+            .waited
+            .binary_search_by_key(&known.stream, |e| e.stream)
+        {
+            Ok(i) => self.waited[i].sync_id = self.waited[i].sync_id.max(known.sync_id),
+            Err(i) => {
+                if known.alive.strong_count() == 0 {
+                    return;
+                }
+                self.waited.insert(i, known.clone());
+                if self.waited.len() > KNOWN_BEFORE_PRUNING {
+                    self.waited.retain(|e| e.alive.strong_count() > 0);
+                }
+            }
+        }
+    }
+
+    /// Registers `user` (identified by `key`, its address) to be told when this stream is
+    /// released, unless it already is. Cheap when registered: a scan of a list that holds
+    /// one entry per allocator that used the stream.
+    pub(crate) fn register_user<U: StreamUser + 'static>(&mut self, user: &Arc<U>) {
+        let key = Arc::as_ptr(user) as *const ();
+        if self
+            .users
+            .iter()
+            .any(|w| Weak::as_ptr(w) as *const () == key)
+        {
+            return;
+        }
+        // Allocators dropped since do not count (the list follows the allocators alive).
+        self.users.retain(|w| w.strong_count() > 0);
+        let weak: Weak<dyn StreamUser> = Arc::downgrade(user) as Weak<dyn StreamUser>;
+        self.users.push(weak);
+    }
+}
+
+impl Drop for StreamInner {
+    fn drop(&mut self) {
+        let users = std::mem::take(&mut self.clock.get_mut().users);
+        for user in users {
+            if let Some(user) = user.upgrade() {
+                user.stream_released(self.id);
+            }
         }
     }
 }
 
 /// What `record()` returns: a point on the producer stream, with what the producer knew.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct StreamEvent {
     producer: StreamId,
-    /// `(stream, sync id)` pairs a waiter learns, the producer's own included.
-    sync_ids: Vec<(StreamId, u64)>,
+    /// What a waiter learns, the producer's own sync id included.
+    sync_ids: Vec<Known>,
 }
+
+impl std::fmt::Debug for StreamEvent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamEvent")
+            .field("producer", &self.producer)
+            .field("sync_id", &self.sync_id())
+            .finish()
+    }
+}
+
+impl PartialEq for StreamEvent {
+    fn eq(&self, other: &Self) -> bool {
+        self.producer == other.producer
+            && self.sync_ids.len() == other.sync_ids.len()
+            && self
+                .sync_ids
+                .iter()
+                .zip(&other.sync_ids)
+                .all(|(a, b)| a.stream == b.stream && a.sync_id == b.sync_id)
+    }
+}
+
+impl Eq for StreamEvent {}
 
 impl StreamEvent {
     /// The stream that recorded this event.
@@ -79,8 +182,8 @@ impl StreamEvent {
     pub fn sync_id(&self) -> u64 {
         self.sync_ids
             .iter()
-            .find(|e| e.0 == self.producer)
-            .map_or(0, |e| e.1)
+            .find(|e| e.stream == self.producer)
+            .map_or(0, |e| e.sync_id)
     }
 }
 
@@ -114,7 +217,7 @@ impl Stream {
         self.inner.native
     }
 
-    /// This stream's identity, never 0.
+    /// This stream's identity, never 0, never reused.
     pub fn id(&self) -> StreamId {
         self.inner.id
     }
@@ -129,7 +232,11 @@ impl Stream {
         let mut clock = self.inner.clock.lock();
         clock.sync_id += 1;
         let mut sync_ids = clock.waited.clone();
-        sync_ids.push((self.inner.id, clock.sync_id));
+        sync_ids.push(Known {
+            stream: self.inner.id,
+            sync_id: clock.sync_id,
+            alive: Arc::downgrade(&self.inner),
+        });
         StreamEvent {
             producer: self.inner.id,
             sync_ids,
@@ -137,12 +244,12 @@ impl Stream {
     }
 
     /// Makes this stream wait for `event`: remembers the producer's sync id at the event,
-    /// and what the producer had itself waited on.
+    /// and what the producer had itself waited on (of the streams still alive).
     pub fn wait(&self, event: &StreamEvent) {
         let mut clock = self.inner.clock.lock();
-        for &(stream, sync_id) in &event.sync_ids {
-            if stream != self.inner.id {
-                clock.note(stream, sync_id);
+        for known in &event.sync_ids {
+            if known.stream != self.inner.id {
+                clock.note(known);
             }
         }
     }
@@ -150,6 +257,22 @@ impl Stream {
     /// The producer's sync id at the last of its events this stream waited on; 0 if none.
     pub fn last_wait_sync_id(&self, producer: StreamId) -> u64 {
         self.inner.clock.lock().last_wait(producer)
+    }
+
+    /// How many other streams this one keeps sync ids of (bounded by the streams alive).
+    pub fn known_streams(&self) -> usize {
+        self.inner.clock.lock().waited.len()
+    }
+
+    /// How many allocators will be told when this stream is released.
+    pub fn users(&self) -> usize {
+        self.inner
+            .clock
+            .lock()
+            .users
+            .iter()
+            .filter(|w| w.strong_count() > 0)
+            .count()
     }
 
     pub(crate) fn clock(&self) -> MutexGuard<'_, Clock> {
@@ -160,6 +283,7 @@ impl Stream {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::AtomicUsize;
 
     #[test]
     fn record_bumps_the_sync_id() {
@@ -174,15 +298,11 @@ mod tests {
     fn wait_remembers_the_producers_sync_id() {
         let (s, t) = (Stream::new(), Stream::new());
         assert_eq!(t.last_wait_sync_id(s.id()), 0);
-        s.record();
+        let old = s.record();
         let ev = s.record();
         t.wait(&ev);
         assert_eq!(t.last_wait_sync_id(s.id()), 2);
         // An older event does not move the clock back.
-        let old = StreamEvent {
-            producer: s.id(),
-            sync_ids: vec![(s.id(), 1)],
-        };
         t.wait(&old);
         assert_eq!(t.last_wait_sync_id(s.id()), 2);
     }
@@ -194,5 +314,61 @@ mod tests {
         c.wait(&b.record());
         assert_eq!(c.last_wait_sync_id(a.id()), 1);
         assert_eq!(c.last_wait_sync_id(b.id()), 1);
+    }
+
+    #[test]
+    fn what_a_stream_knows_of_others_is_bounded_by_the_streams_alive() {
+        let waiter = Stream::new();
+        for _ in 0..10_000 {
+            let producer = Stream::new();
+            waiter.wait(&producer.record());
+        }
+        assert!(waiter.known_streams() <= KNOWN_BEFORE_PRUNING + 1);
+        let alive: Vec<Stream> = (0..40).map(|_| Stream::new()).collect();
+        for p in &alive {
+            waiter.wait(&p.record());
+        }
+        assert!(waiter.known_streams() >= 40);
+        for p in &alive {
+            assert_eq!(waiter.last_wait_sync_id(p.id()), 1);
+        }
+    }
+
+    #[derive(Default)]
+    struct Counter(AtomicUsize, AtomicU64);
+    impl StreamUser for Counter {
+        fn stream_released(&self, id: StreamId) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            self.1.store(id, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn users_are_told_once_when_the_last_clone_is_dropped() {
+        let user = Arc::new(Counter::default());
+        let s = Stream::new();
+        let id = s.id();
+        s.clock().register_user(&user);
+        s.clock().register_user(&user);
+        assert_eq!(s.users(), 1);
+        let clone = s.clone();
+        drop(s);
+        assert_eq!(user.0.load(Ordering::SeqCst), 0, "a clone is still alive");
+        drop(clone);
+        assert_eq!(user.0.load(Ordering::SeqCst), 1);
+        assert_eq!(user.1.load(Ordering::SeqCst), id);
+    }
+
+    #[test]
+    fn a_dropped_user_is_neither_told_nor_kept() {
+        let s = Stream::new();
+        for _ in 0..100 {
+            let user = Arc::new(Counter::default());
+            s.clock().register_user(&user);
+        }
+        assert_eq!(s.users(), 0);
+        let kept = Arc::new(Counter::default());
+        s.clock().register_user(&kept);
+        assert!(s.clock().users.len() <= 2);
     }
 }

@@ -97,7 +97,18 @@ fn read_only_allocators_bypass_the_arena_and_are_not_shared() {
         f.device_stats(0).expect("device").raw_bytes_outstanding,
         1000
     );
+    assert_eq!(
+        f.release_allocator(&a.allocator),
+        Released::Destroyed,
+        "a read-only allocator has one user"
+    );
+    assert_eq!(
+        f.device_stats(0).expect("device").raw_bytes_outstanding,
+        0,
+        "its memory came back at release, though `a` still holds it"
+    );
     assert_eq!(f.release_allocator(&a.allocator), Released::Untracked);
+    assert_eq!(f.release_allocator(&b.allocator), Released::Destroyed);
 }
 
 #[test]
@@ -140,12 +151,55 @@ fn replace_makes_a_new_arena_with_the_new_options() {
     assert!(!Arc::ptr_eq(&old.allocator, &new.allocator));
     assert_eq!(new.allocator.stats().limit, 2 << 20);
     assert_eq!(f.users(SharedKind::DeviceArena, 0), 1);
+    let p = alloc(&*old.allocator, 4096);
+    assert!(old.allocator.stats().total_allocated > 0);
     assert_eq!(
         f.release_allocator(&old.allocator),
-        Released::Untracked,
-        "the old one is no longer counted"
+        Released::Destroyed,
+        "the replaced one is still counted for its own users"
+    );
+    assert_eq!(
+        old.allocator.free(p).map_err(|e| e.code()),
+        Err("ERR_ARENA_RELEASED")
     );
     assert_eq!(f.release_allocator(&new.allocator), Released::Destroyed);
+    assert_eq!(f.live_allocators(), 0);
+    assert_eq!(f.device_stats(0).expect("device").raw_bytes_outstanding, 0);
+}
+
+/// Issue 11: memory came back only once every reference to an allocator was dropped, so a
+/// stale one (a C handle kept to detect use after destroy, a stream's registration) pinned it.
+#[test]
+fn the_last_release_returns_all_memory_while_references_remain() {
+    let f = factory(SimKind::Virtual, 1);
+    let a = f.create_allocator(cuda(0), None).expect("created");
+    let stale = a.allocator.clone();
+    let p = alloc(&*a.allocator, 1 << 20);
+    let q = a
+        .allocator
+        .reserve(4096)
+        .expect("reserve")
+        .expect("non-zero");
+    assert!(f.device_stats(0).expect("device").raw_bytes_outstanding > 0);
+    assert_eq!(f.release_allocator(&a.allocator), Released::Destroyed);
+    assert_eq!(f.device_stats(0).expect("device").raw_bytes_outstanding, 0);
+    assert_eq!(stale.stats().total_allocated, 0);
+    for (what, code) in [
+        ("alloc", stale.alloc(1).map(|_| ()).map_err(|e| e.code())),
+        ("free", stale.free(p).map_err(|e| e.code())),
+        ("free of a reserve", stale.free(q).map_err(|e| e.code())),
+        (
+            "reserve",
+            stale.reserve(1).map(|_| ()).map_err(|e| e.code()),
+        ),
+        ("shrink", stale.shrink().map_err(|e| e.code())),
+        (
+            "allocated_size",
+            stale.allocated_size(p).map(|_| ()).map_err(|e| e.code()),
+        ),
+    ] {
+        assert_eq!(code, Err("ERR_ARENA_RELEASED"), "{what}");
+    }
 }
 
 #[test]

@@ -136,4 +136,16 @@ impl Allocator for DefaultPoolAllocator {
     fn fill(&self, _: u64, _: u8, _: u64) -> Result<()> {
         Err(no_copies())
     }
+
+    /// A benchmark baseline, never handed out by a factory: frees what is live.
+    fn retire(&self) {
+        let mut st = self.state.lock();
+        if self.ctx.make_current().is_err() {
+            return;
+        }
+        for (addr, _) in st.0.drain() {
+            let _ = driver::free_async(addr, self.s());
+        }
+        st.1 = AllocatorStats::default();
+    }
 }

@@ -6,8 +6,8 @@ use crate::device::DeviceContext;
 use crate::driver;
 use crate::stream::{check_live, with_stream};
 use cuda_arena_core::{
-    Allocator, AllocatorStats, ArenaConfig, LiveBlocks, MemoryInfo, MemoryKind, MemoryLog, Result,
-    Stream,
+    Allocator, AllocatorStats, ArenaConfig, ArenaError, LiveBlocks, MemoryInfo, MemoryKind,
+    MemoryLog, Result, Stream,
 };
 use parking_lot::Mutex;
 use std::sync::Arc;
@@ -26,6 +26,20 @@ struct PoolState {
     /// Live allocations, tagged with the native stream each was allocated on.
     live: LiveBlocks<u64>,
     stats: AllocatorStats,
+    /// Set by `retire`: the pool is trimmed and every call fails.
+    retired: bool,
+}
+
+impl PoolState {
+    fn check_live(&self) -> Result<()> {
+        if self.retired {
+            Err(ArenaError::Released {
+                what: "the allocator".into(),
+            })
+        } else {
+            Ok(())
+        }
+    }
 }
 
 impl CudaPoolAllocator {
@@ -46,6 +60,7 @@ impl CudaPoolAllocator {
             state: Mutex::new(PoolState {
                 live: LiveBlocks::new("this memory pool"),
                 stats: AllocatorStats::default(),
+                retired: false,
             }),
         })
     }
@@ -60,10 +75,16 @@ impl CudaPoolAllocator {
         }
         check_live(stream)?;
         self.ctx.make_current()?;
+        // The driver call runs outside the lock, so threads allocate from the pool at once.
         let addr = with_stream(stream, |s| {
             driver::pool_alloc_async(self.raw_pool(), size, s)
         })?;
         let mut st = self.state.lock();
+        if let Err(e) = st.check_live() {
+            // Retired meanwhile: the block goes straight back.
+            let _ = with_stream(stream, |s| driver::free_async(addr, s));
+            return Err(e);
+        }
         st.live.insert(addr, size, stream);
         st.stats.add_in_use(size, size);
         Ok(Some(addr))
@@ -73,6 +94,7 @@ impl CudaPoolAllocator {
     /// finished its work (so a synchronous copy sees what the stream wrote).
     fn in_range<T>(&self, addr: u64, len: u64, op: impl FnOnce() -> Result<T>) -> Result<T> {
         let st = self.state.lock();
+        st.check_live()?;
         let stream = st.live.containing(addr, len)?;
         self.ctx.make_current()?;
         with_stream(stream, driver::stream_synchronize)?;
@@ -80,19 +102,29 @@ impl CudaPoolAllocator {
     }
 }
 
-impl Drop for CudaPoolAllocator {
-    fn drop(&mut self) {
+impl CudaPoolAllocator {
+    /// Frees every live block and trims the pool to nothing.
+    fn retire_state(&self, st: &mut PoolState) {
+        st.retired = true;
         if self.ctx.make_current().is_err() {
             return;
         }
-        let st = self.state.get_mut();
-        for (addr, _, stream) in st.live.iter() {
+        for (addr, _, stream) in st.live.drain() {
             let _ = with_stream(stream, |s| driver::free_async(addr, s));
         }
-        // Every stream's frees must land before the pool goes.
+        st.stats = AllocatorStats::default();
+        // Every stream's frees must land before the memory goes back.
         let _ = driver::ctx_synchronize();
         let _ = driver::pool_trim_to(self.raw_pool(), 0);
-        let _ = driver::pool_destroy(self.raw_pool());
+    }
+}
+
+impl Drop for CudaPoolAllocator {
+    fn drop(&mut self) {
+        Allocator::retire(self);
+        if self.ctx.make_current().is_ok() {
+            let _ = driver::pool_destroy(self.raw_pool());
+        }
     }
 }
 
@@ -106,6 +138,7 @@ impl Allocator for CudaPoolAllocator {
             return Ok(());
         }
         let mut st = self.state.lock();
+        st.check_live()?;
         // DESIGN decision 8: a foreign free is an error, not a logged warning.
         let (size, stream) = st.live.get(addr)?;
         self.ctx.make_current()?;
@@ -133,8 +166,9 @@ impl Allocator for CudaPoolAllocator {
     }
 
     fn stats(&self) -> AllocatorStats {
-        let mut s = self.state.lock().stats;
-        if self.ctx.make_current().is_ok() {
+        let st = self.state.lock();
+        let mut s = st.stats;
+        if !st.retired && self.ctx.make_current().is_ok() {
             s.total_allocated = driver::pool_reserved_current(self.raw_pool()).unwrap_or(0);
         }
         s
@@ -146,6 +180,7 @@ impl Allocator for CudaPoolAllocator {
 
     fn shrink(&self) -> Result<()> {
         let mut st = self.state.lock();
+        st.check_live()?;
         self.ctx.make_current()?;
         driver::pool_trim_to(self.raw_pool(), self.bytes_to_keep_on_shrink)?;
         st.stats.num_arena_shrinkages += 1;
@@ -159,7 +194,9 @@ impl Allocator for CudaPoolAllocator {
     }
 
     fn allocated_size(&self, addr: u64) -> Result<u64> {
-        Ok(self.state.lock().live.get(addr)?.0)
+        let st = self.state.lock();
+        st.check_live()?;
+        Ok(st.live.get(addr)?.0)
     }
 
     fn requested_size(&self, addr: u64) -> Result<u64> {
@@ -177,5 +214,12 @@ impl Allocator for CudaPoolAllocator {
 
     fn fill(&self, addr: u64, byte: u8, len: u64) -> Result<()> {
         self.in_range(addr, len, || driver::memset(addr, byte, len))
+    }
+
+    fn retire(&self) {
+        let mut st = self.state.lock();
+        if !st.retired {
+            self.retire_state(&mut st);
+        }
     }
 }
