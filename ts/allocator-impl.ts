@@ -2,8 +2,9 @@
 import type { Native } from './native'
 import type { AllocatorStats, MemoryInfo, MemoryLog, OrtAllocator, Size, Stream } from './types'
 import { invalidArgument } from './errors'
-import { nativeStream } from './stream-impl'
-import { fastAlloc, fastAllocOnStream, fastFree, scratchF64, scratchU64 } from './fast'
+import { bytes, int, MAX_U64 } from './args'
+import { liveStream, nativeStream, streamImpl } from './stream-impl'
+import { fast, scratchF64, scratchU32, scratchU64 } from './fast'
 
 /** A size argument → bigint: non-negative safe integers and bigints only. */
 export function toSize(size: unknown, name = 'size'): bigint {
@@ -17,9 +18,9 @@ function toAddr(p: unknown): bigint {
   return p
 }
 
-function bytes(view: unknown, name: string): Uint8Array {
-  if (!ArrayBuffer.isView(view)) throw invalidArgument(name, view, 'must be an ArrayBufferView')
-  return new Uint8Array(view.buffer, view.byteOffset, view.byteLength)
+/** The result word of a fast call: `null` for 0, else the address (a bigint is made only then). */
+function result(): bigint | null {
+  return scratchU32[4] === 0 && scratchU32[5] === 0 ? null : scratchU64[2]
 }
 
 /** Internal: the concrete allocator. */
@@ -29,19 +30,21 @@ export class AllocatorImpl implements OrtAllocator {
   shrink?: () => void
   resetChunksUsingStream?: (stream: Stream) => void
 
+  /** The native handle's number: it names this user only, and nothing once released. */
   readonly #handle: number
 
   constructor(readonly native: Native.NativeAllocator) {
     this.#handle = native.handle()
     if (native.isStreamAware()) {
       this.allocOnStream = (size, stream) => {
-        const s = nativeStream(stream)
-        if (typeof size !== 'number') return native.allocOnStream(toSize(size), s)
+        const s = streamImpl(stream)
+        if (typeof size !== 'number' || fast === undefined) return native.allocOnStream(toSize(size), s.native)
+        // The native side refuses any number that is not a non-negative safe integer.
         scratchF64[0] = this.#handle
         scratchF64[1] = size
-        scratchF64[3] = s.handle()
-        fastAllocOnStream()
-        return scratchF64[2] === 0 ? null : scratchU64[2]
+        scratchF64[3] = s.handle
+        fast.allocOnStream()
+        return result()
       }
       this.resetChunksUsingStream = (stream) => native.resetChunksUsingStream(nativeStream(stream))
     }
@@ -51,24 +54,21 @@ export class AllocatorImpl implements OrtAllocator {
   alloc(size: Size): bigint | null {
     // Numbers take the fast path, which refuses any that is not a non-negative safe integer;
     // bigints (and anything else) the checked one.
-    if (typeof size !== 'number') return this.native.allocBig(toSize(size))
+    if (typeof size !== 'number' || fast === undefined) return this.native.allocBig(toSize(size))
     scratchF64[0] = this.#handle
     scratchF64[1] = size
-    fastAlloc()
-    // Read the word as a double first: 0 means null, and no bigint is made for it.
-    return scratchF64[2] === 0 ? null : scratchU64[2]
+    fast.alloc()
+    return result()
   }
   free(p: bigint | null): void {
     // free(null) and free(0n) are no-ops, but still throw on a released handle.
     const addr = p === null ? 0n : toAddr(p)
+    // Only 0 … 2^64−1 goes through the 64-bit word (a wider bigint would wrap onto a live
+    // address); the checked path refuses the rest.
+    if (addr < 0n || addr > MAX_U64 || fast === undefined) return this.native.free(addr)
     scratchF64[0] = this.#handle
-    // A bigint outside 0 … 2^64−1 wraps when stored: a negative one or one past 2^64 then
-    // names no live allocation and the native side refuses it, except a multiple of 2^64,
-    // which would wrap to 0 (free of nothing): that one goes the checked way. Reading the
-    // word as a double makes no bigint.
     scratchU64[1] = addr
-    if (scratchF64[1] === 0 && addr !== 0n) return this.native.free(addr)
-    fastFree()
+    fast.free()
   }
   reserve(size: Size): bigint | null {
     return this.native.reserve(toSize(size))
@@ -91,7 +91,7 @@ export class AllocatorImpl implements OrtAllocator {
     }
   }
   withStream(stream: Stream): OrtAllocator {
-    nativeStream(stream)
+    liveStream(stream)
     if (!this.allocOnStream) throw invalidArgument('stream', stream, 'cannot be used: this allocator is not stream-aware')
     const allocOnStream = this.allocOnStream
     // A proxy rather than a copy, so every other method runs on this allocator itself.
@@ -110,17 +110,20 @@ export class AllocatorImpl implements OrtAllocator {
     return this.native.requestedSize(toAddr(p))
   }
   write(p: bigint, data: ArrayBufferView, stream?: Stream): void {
-    if (stream !== undefined) nativeStream(stream)
-    this.native.write(toAddr(p), bytes(data, 'data'))
+    if (stream !== undefined) liveStream(stream)
+    this.native.write(toAddr(p), bytes('data', data))
   }
   read(p: bigint, out: ArrayBufferView, stream?: Stream): void {
-    if (stream !== undefined) nativeStream(stream)
-    const target = bytes(out, 'out')
-    target.set(this.native.read(toAddr(p), BigInt(target.byteLength)))
+    if (stream !== undefined) liveStream(stream)
+    const target = bytes('out', out)
+    // The native side writes into the caller's memory: nothing else may touch it meanwhile.
+    if (typeof SharedArrayBuffer !== 'undefined' && target.buffer instanceof SharedArrayBuffer) {
+      throw invalidArgument('out', out, 'must not be a view of a SharedArrayBuffer')
+    }
+    this.native.read(toAddr(p), target)
   }
   fill(p: bigint, byte: number, length: Size, stream?: Stream): void {
-    if (stream !== undefined) nativeStream(stream)
-    if (!Number.isInteger(byte) || byte < 0 || byte > 255) throw invalidArgument('byte', byte, 'must be an integer 0 … 255')
-    this.native.fill(toAddr(p), byte, toSize(length, 'length'))
+    if (stream !== undefined) liveStream(stream)
+    this.native.fill(toAddr(p), int('byte', byte, 0, 255), toSize(length, 'length'))
   }
 }

@@ -5,12 +5,26 @@
  * Objects are read through their own enumerable properties only (`Object.keys`), so nothing
  * set on `Object.prototype` can reach a config or an option. Internal.
  */
-import { invalidArgument } from './errors'
+import { arenaError, ERR_ARENA_INVALID_ARGUMENT, invalidArgument, isArenaError } from './errors'
 
 /** Largest value the native layer takes as a 32-bit unsigned integer. */
 export const MAX_U32 = 0xffff_ffff
 /** Largest bigint an address or size can be. */
 export const MAX_U64 = 0xffff_ffff_ffff_ffffn
+
+/**
+ * Runs `read` on a caller's value: a proxy whose traps throw, a revoked one, or a getter that
+ * throws makes the argument invalid (with the original error as `cause`), never an uncoded
+ * error from inside the library.
+ */
+export function guard<T>(name: string, read: () => T): T {
+  try {
+    return read()
+  } catch (e) {
+    if (isArenaError(e)) throw e
+    throw arenaError(ERR_ARENA_INVALID_ARGUMENT, `${name} could not be read`, { cause: e, range: true })
+  }
+}
 
 /** A safe integer in `min … max`. */
 export function int(name: string, v: unknown, min: number, max: number): number {
@@ -39,7 +53,7 @@ export function bool(name: string, v: unknown): boolean {
 
 /** A non-null, non-array object (not a function). */
 export function obj(name: string, v: unknown): object {
-  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw invalidArgument(name, v, 'must be an object')
+  if (typeof v !== 'object' || v === null || guard(name, () => Array.isArray(v))) throw invalidArgument(name, v, 'must be an object')
   return v
 }
 
@@ -53,7 +67,7 @@ export function options(name: string, v: unknown): object {
  * every key it may have (another is an invalid argument naming it).
  */
 export function ownEntries(name: string, v: object, allowed: readonly string[]): [string, unknown][] {
-  const entries = Object.entries(v)
+  const entries = guard(name, () => Object.entries(v))
   for (const [k, value] of entries) {
     if (!allowed.includes(k)) throw invalidArgument(`${name}.${k}`, value, `is not an option (known: ${allowed.join(', ')})`)
   }
@@ -62,12 +76,13 @@ export function ownEntries(name: string, v: object, allowed: readonly string[]):
 
 /** An own enumerable property of an options object (inherited ones do not count). */
 export function own(v: object, key: string): unknown {
-  return Object.prototype.hasOwnProperty.call(v, key) ? (v as Record<string, unknown>)[key] : undefined
+  return guard(key, () => (Object.prototype.hasOwnProperty.call(v, key) ? (v as Record<string, unknown>)[key] : undefined))
 }
 
 /** Raw string pairs: an object whose own enumerable properties are all strings. */
 export function stringPairs(name: string, v: unknown): [string, string][] {
-  const entries = Object.entries(obj(name, v))
+  const o = obj(name, v)
+  const entries = guard(name, () => Object.entries(o))
   for (const [k, value] of entries) {
     if (typeof value !== 'string') throw invalidArgument(`${name}[${JSON.stringify(k)}]`, value, 'must be a string')
   }
@@ -76,9 +91,11 @@ export function stringPairs(name: string, v: unknown): [string, string][] {
 
 /** An array of at most `maxLength` elements. */
 export function array(name: string, v: unknown, maxLength: number): unknown[] {
-  if (!Array.isArray(v)) throw invalidArgument(name, v, 'must be an array')
-  if (v.length > maxLength) throw invalidArgument(name, v, `must have at most ${maxLength} elements`)
-  return v
+  if (!guard(name, () => Array.isArray(v))) throw invalidArgument(name, v, 'must be an array')
+  const list = v as unknown[]
+  if (guard(name, () => list.length) > maxLength) throw invalidArgument(name, v, `must have at most ${maxLength} elements`)
+  // A plain copy: a proxy's traps run here, once, and not again inside the library.
+  return guard(name, () => Array.from(list))
 }
 
 /** A function. */
@@ -89,10 +106,17 @@ export function fn(name: string, v: unknown): (...args: never[]) => unknown {
 
 /** The bytes of an `ArrayBufferView` (a detached one is an invalid argument, not a TypeError). */
 export function bytes(name: string, v: unknown): Uint8Array {
-  if (!ArrayBuffer.isView(v)) throw invalidArgument(name, v, 'must be an ArrayBufferView')
+  if (!guard(name, () => ArrayBuffer.isView(v))) throw invalidArgument(name, v, 'must be an ArrayBufferView')
+  const view = v as ArrayBufferView
   try {
-    return new Uint8Array(v.buffer, v.byteOffset, v.byteLength)
+    return new Uint8Array(view.buffer, view.byteOffset, view.byteLength)
   } catch {
     throw invalidArgument(name, v, 'must not be detached')
   }
+}
+
+/** `v` as an instance of `type` (an `instanceof` check that a revoked proxy cannot break). */
+export function instance<T>(name: string, v: unknown, type: abstract new (...args: never[]) => T, why: string): T {
+  if (!guard(name, () => v instanceof type)) throw invalidArgument(name, v, why)
+  return v as T
 }

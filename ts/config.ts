@@ -1,9 +1,12 @@
 /**
  * Arena options: ONNX Runtime's raw `arena.*` string pairs, or a typed camelCase object.
  * Both become the same Rust `ArenaConfig`; the Rust parser validates every value and names
- * the raw key when it rejects one.
+ * the raw key when it rejects one. Only an object's own enumerable properties count, so
+ * nothing set on `Object.prototype` reaches a config.
  */
-import { invalidArgument } from './errors'
+import { native } from './native'
+import { invalidArgument, invalidConfig } from './errors'
+import { guard } from './args'
 
 /** How the arena grows. */
 export type ExtendStrategy = 'nextPowerOfTwo' | 'sameAsRequested'
@@ -18,7 +21,7 @@ export interface ArenaConfig {
   maxDeadBytesPerChunk?: number | bigint
   /** `arena.initial_growth_chunk_size_bytes`: next region size after a shrink. Default 2 MiB. */
   initialGrowthChunkSizeBytes?: number | bigint
-  /** `arena.max_power_of_two_extend_bytes`: cap on power-of-two growth. Default 1 GiB. */
+  /** `arena.max_power_of_two_extend_bytes`: cap on power-of-two growth, 1 … 2^63−1. Default 1 GiB. */
   maxPowerOfTwoExtendBytes?: number | bigint
   /** `arena.max_mem`: bytes the arena may hold; 0 = unlimited. Default unlimited. */
   maxMem?: number | bigint
@@ -33,7 +36,8 @@ export interface ArenaConfig {
 /** Raw `arena.*` pairs, exactly as ONNX Runtime takes them. */
 export type ArenaOptions = Record<string, string>
 
-const KEYS: Record<keyof ArenaConfig, string> = {
+/** Each typed field's raw key (the Rust crate has the same table: a test compares them). */
+export const TYPED_KEYS: Readonly<Record<keyof ArenaConfig, string>> = {
   extendStrategy: 'arena.extend_strategy',
   initialChunkSizeBytes: 'arena.initial_chunk_size_bytes',
   maxDeadBytesPerChunk: 'arena.max_dead_bytes_per_chunk',
@@ -45,43 +49,75 @@ const KEYS: Record<keyof ArenaConfig, string> = {
   cudaMempoolBytesToKeepOnShrink: 'arena.cuda_mempool_bytes_to_keep_on_shrink',
 }
 
-function isTyped(o: object): o is ArenaConfig {
-  return Object.keys(o).every((k) => k in KEYS)
+function isTypedKey(k: string): k is keyof ArenaConfig {
+  return Object.prototype.hasOwnProperty.call(TYPED_KEYS, k)
 }
 
-/** Either form → raw pairs (`null` for none). Unknown typed keys are an invalid argument. */
-export function toArenaPairs(options: ArenaOptions | ArenaConfig | undefined | null): ArenaOptions | null {
+/** One typed field's value as the raw key's string. */
+function rawValue(field: keyof ArenaConfig, v: unknown): string {
+  if (field === 'extendStrategy') {
+    if (v === 'nextPowerOfTwo') return '0'
+    if (v === 'sameAsRequested') return '1'
+    throw invalidArgument('extendStrategy', v, "must be 'nextPowerOfTwo' or 'sameAsRequested'")
+  }
+  if (field === 'useCudaMempool') {
+    if (typeof v !== 'boolean') throw invalidArgument('useCudaMempool', v, 'must be a boolean')
+    return v ? '1' : '0'
+  }
+  if (typeof v === 'bigint') return v.toString()
+  if (typeof v === 'number') {
+    // Whole numbers past 2^53 are not exact as numbers: ask for a bigint rather than guess.
+    if (Number.isInteger(v) && !Number.isSafeInteger(v)) {
+      throw invalidConfig(`${field} (${TYPED_KEYS[field]}) ${v} is past 2^53 and not exact as a number; give a bigint`)
+    }
+    // Fractions, negatives and NaN pass as written; the Rust parser rejects them naming the key.
+    return String(v)
+  }
+  throw invalidArgument(field, v, 'must be a number or a bigint')
+}
+
+/**
+ * Either form → `[keys, values]` of raw pairs (`null` for none). A key with a dot is a raw key
+ * (`arena.*`; others are ignored by the parser, as ORT does); a key without one is a typed
+ * field, and an unknown typed field is `ERR_ARENA_INVALID_CONFIG` naming the nearest known
+ * one. The two forms cannot be mixed in one object.
+ */
+export function toPairLists(options: unknown): [string[], string[]] | null {
   if (options === undefined || options === null) return null
-  if (typeof options !== 'object' || Array.isArray(options)) {
+  if (typeof options !== 'object' || guard('options', () => Array.isArray(options))) {
     throw invalidArgument('options', options, 'must be an object of arena.* strings or a typed ArenaConfig')
   }
-  const keys = Object.keys(options)
-  if (keys.length > 0 && !isTyped(options)) {
-    const out: ArenaOptions = {}
-    for (const [k, v] of Object.entries(options)) {
-      if (typeof v !== 'string') throw invalidArgument(`options[${JSON.stringify(k)}]`, v, 'must be a string')
-      out[k] = v
-    }
-    return out
+  const entries = guard('options', () => Object.entries(options))
+  const raw = entries.filter(([k]) => k.includes('.'))
+  const typed = entries.filter(([k]) => !k.includes('.'))
+  if (raw.length > 0 && typed.length > 0) {
+    throw invalidConfig(`options mix raw keys (${raw[0][0]}) and typed fields (${typed[0][0]}); use one form`)
   }
-  const typed = options as ArenaConfig
-  const out: ArenaOptions = {}
-  for (const [field, key] of Object.entries(KEYS) as [keyof ArenaConfig, string][]) {
-    const v = typed[field]
+  const keys: string[] = []
+  const values: string[] = []
+  for (const [k, v] of raw) {
+    if (typeof v !== 'string') throw invalidArgument(`options[${JSON.stringify(k)}]`, v, 'must be a string')
+    keys.push(k)
+    values.push(v)
+  }
+  for (const [k, v] of typed) {
+    if (!isTypedKey(k)) {
+      throw invalidConfig(`unknown option ${JSON.stringify(k.slice(0, 80))}; did you mean ${native.nearestConfigKey(k, true)}?`)
+    }
     if (v === undefined) continue
-    if (field === 'extendStrategy') {
-      if (v === 'nextPowerOfTwo') out[key] = '0'
-      else if (v === 'sameAsRequested') out[key] = '1'
-      else throw invalidArgument('extendStrategy', v, "must be 'nextPowerOfTwo' or 'sameAsRequested'")
-    } else if (field === 'useCudaMempool') {
-      if (typeof v !== 'boolean') throw invalidArgument('useCudaMempool', v, 'must be a boolean')
-      out[key] = v ? '1' : '0'
-    } else if (typeof v === 'bigint' || typeof v === 'number') {
-      // Passed as written; the Rust parser rejects fractions, negatives and out-of-range values.
-      out[key] = typeof v === 'number' && !Number.isInteger(v) ? String(v) : BigInt(v).toString()
-    } else {
-      throw invalidArgument(field, v, 'must be a number or a bigint')
-    }
+    keys.push(TYPED_KEYS[k])
+    values.push(rawValue(k, v))
   }
+  return [keys, values]
+}
+
+/** Either form → raw pairs (`null` for none), with {@link toPairLists}'s rules. */
+export function toArenaPairs(options: ArenaOptions | ArenaConfig | undefined | null): ArenaOptions | null {
+  const lists = toPairLists(options)
+  if (lists === null) return null
+  const out: ArenaOptions = {}
+  lists[0].forEach((k, i) => {
+    Object.defineProperty(out, k, { value: lists[1][i], enumerable: true, writable: true, configurable: true })
+  })
   return out
 }

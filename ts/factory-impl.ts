@@ -1,15 +1,37 @@
 /** `AllocatorFactory` over the native factory handle. */
 import { native, type Native } from './native'
-import { toArenaPairs } from './config'
-import { invalidArgument } from './errors'
+import { toPairLists } from './config'
+import { arenaError, describe, ERR_ARENA_INVALID_ARGUMENT, invalidArgument } from './errors'
+import { array, bool, fn, instance, int, MAX_U32, MAX_U64, obj, options as optionsArg, optInt, own, ownEntries } from './args'
 import { AllocatorImpl } from './allocator-impl'
 import { StreamImpl } from './stream-impl'
 import type { AllocatorOptions, Backend, DeviceStats, FactoryOptions, Logger, MemoryInfo, OrtAllocator, Stream } from './types'
 
-const BACKENDS: readonly Backend[] = ['cuda', 'host', 'virtual']
+const BACKENDS: readonly string[] = ['cuda', 'host', 'virtual']
+const MEMORY_NAMES: readonly string[] = ['Cuda', 'CudaPinned', 'Cpu']
+const ALLOCATOR_TYPES: readonly string[] = ['device', 'readonly']
+/** Simulated devices a factory may have, in either form (the native side has the same cap). */
+const MAX_DEVICES = 64
 
 const defaultLogger: Logger = (level, message) => {
   if (level === 'warning') console.warn(`cuda-arena: ${message}`)
+}
+
+function oneOf(name: string, v: unknown, allowed: readonly string[]): string {
+  if (typeof v !== 'string' || !allowed.includes(v)) throw invalidArgument(name, v, `must be ${allowed.map((a) => `'${a}'`).join(', ')}`)
+  return v
+}
+
+/** One simulated device's limits, own properties only. */
+function deviceLimits(i: number, d: unknown): Native.JsDeviceLimits {
+  const limits = ownEntries(`devices[${i}]`, obj(`devices[${i}]`, d), ['totalMemory', 'maxAllocation'])
+  const out: Native.JsDeviceLimits = {}
+  for (const [k, v] of limits) {
+    if (v === undefined) continue
+    if (typeof v !== 'bigint' || v < 0n || v > MAX_U64) throw invalidArgument(`devices[${i}].${k}`, v, 'must be a bigint 0 … 2^64−1')
+    out[k as keyof Native.JsDeviceLimits] = v
+  }
+  return out
 }
 
 /**
@@ -22,27 +44,25 @@ export class AllocatorFactory {
   readonly #logger: Logger
 
   constructor(options: FactoryOptions = {}) {
-    const { name = 'default', backend = 'cuda', devices = 1, logger = defaultLogger } = options
+    const given = optionsArg('options', options)
+    ownEntries('options', given, ['name', 'backend', 'devices', 'logger'])
+    const name = own(given, 'name') ?? 'default'
+    const backend = own(given, 'backend') ?? 'cuda'
+    const devices = own(given, 'devices') ?? 1
+    const logger = own(given, 'logger') ?? defaultLogger
     if (typeof name !== 'string' || name === '') throw invalidArgument('name', name, 'must be a non-empty string')
-    if (!BACKENDS.includes(backend)) throw invalidArgument('backend', backend, "must be 'cuda', 'host' or 'virtual'")
-    if (typeof logger !== 'function') throw invalidArgument('logger', logger, 'must be a function')
+    oneOf('backend', backend, BACKENDS)
+    fn('logger', logger)
     let limits: Native.JsDeviceLimits[]
     if (typeof devices === 'number') {
-      if (!Number.isInteger(devices) || devices < 1 || devices > 64) throw invalidArgument('devices', devices, 'must be an integer 1 … 64')
-      limits = Array.from({ length: devices }, () => ({}))
-    } else if (Array.isArray(devices) && devices.length > 0) {
-      limits = devices.map((d, i) => {
-        for (const [k, v] of Object.entries(d ?? {})) {
-          if (k !== 'totalMemory' && k !== 'maxAllocation') throw invalidArgument(`devices[${i}].${k}`, v, 'is not a device limit')
-          if (typeof v !== 'bigint' || v < 0n) throw invalidArgument(`devices[${i}].${k}`, v, 'must be a non-negative bigint')
-        }
-        return { totalMemory: d.totalMemory, maxAllocation: d.maxAllocation }
-      })
+      limits = Array.from({ length: int('devices', devices, 1, MAX_DEVICES) }, () => ({}))
     } else {
-      throw invalidArgument('devices', devices, 'must be a count or a non-empty array of device limits')
+      const list = array('devices', devices, MAX_DEVICES)
+      if (list.length === 0) throw invalidArgument('devices', devices, 'must be a count or a non-empty array of device limits')
+      limits = list.map((d, i) => deviceLimits(i, d))
     }
-    this.#native = new native.NativeFactory(name, backend, limits)
-    this.#logger = logger
+    this.#native = new native.NativeFactory(name, backend as string, limits)
+    this.#logger = logger as Logger
   }
 
   /** The factory's process-wide name. */
@@ -67,33 +87,45 @@ export class AllocatorFactory {
 
   /** With `{ replace: true }`, a new shared allocator with `options` replaces the current one. */
   createSharedAllocator(info: MemoryInfo, options: AllocatorOptions | undefined, flags: { replace: boolean }): OrtAllocator {
-    if (typeof flags?.replace !== 'boolean') throw invalidArgument('flags.replace', flags?.replace, 'must be a boolean')
-    return this.#create(info, options, flags.replace)
+    const f = obj('flags', flags)
+    ownEntries('flags', f, ['replace'])
+    return this.#create(info, options, bool('flags.replace', own(f, 'replace')))
   }
 
-  #create(info: MemoryInfo, options: AllocatorOptions | undefined, replace: boolean): OrtAllocator {
-    if (typeof info !== 'object' || info === null) throw invalidArgument('info', info, 'must be a MemoryInfo object')
-    const deviceId = info.deviceId ?? 0
-    if (!Number.isInteger(deviceId) || deviceId < 0) throw invalidArgument('info.deviceId', deviceId, 'must be a non-negative integer')
-    const handle = this.#native.createAllocator(String(info.name), deviceId, String(info.type ?? 'device'), toArenaPairs(options), replace)
-    for (const w of this.#native.takeWarnings()) this.#logger('warning', w)
-    return new AllocatorImpl(handle)
+  #create(info: unknown, options: unknown, replace: boolean): OrtAllocator {
+    const i = obj('info', info)
+    ownEntries('info', i, ['name', 'deviceId', 'type'])
+    const name = oneOf('info.name', own(i, 'name'), MEMORY_NAMES)
+    const deviceId = optInt('info.deviceId', own(i, 'deviceId'), 0, MAX_U32, 0)
+    const type = oneOf('info.type', own(i, 'type') ?? 'device', ALLOCATOR_TYPES)
+    const pairs = toPairLists(options)
+    const handle = this.#native.createAllocator(name, deviceId, type, pairs?.[0], pairs?.[1], replace)
+    const allocator = new AllocatorImpl(handle)
+    for (const w of this.#native.takeWarnings()) {
+      try {
+        this.#logger('warning', w)
+      } catch (e) {
+        // The call fails and changes nothing: the user it counted goes back.
+        this.#native.releaseAllocator(handle)
+        throw arenaError(ERR_ARENA_INVALID_ARGUMENT, `logger threw ${describe(e)} while reporting: ${w}`, { cause: e })
+      }
+    }
+    return allocator
   }
 
   /** One user fewer; the last release destroys the allocator. Using `allocator` after throws `ERR_ARENA_RELEASED`. */
   releaseAllocator(allocator: OrtAllocator): void {
-    if (!(allocator instanceof AllocatorImpl)) throw invalidArgument('allocator', allocator, 'must come from createAllocator')
-    this.#native.releaseAllocator(allocator.native)
+    this.#native.releaseAllocator(instance('allocator', allocator, AllocatorImpl, 'must come from createAllocator').native)
   }
 
   /** Calls that reached the raw allocator of device `deviceId`. */
   deviceStats(deviceId: number): DeviceStats {
-    const s = this.#native.deviceStats(deviceId)
+    const s = this.#native.deviceStats(int('deviceId', deviceId, 0, MAX_U32))
     return { ...s, free: s.free ?? undefined, total: s.total ?? undefined }
   }
 
   /** A stream on device `deviceId`. */
-  createStream(deviceId = 0): Stream {
-    return new StreamImpl(this.#native.createStream(deviceId))
+  createStream(deviceId: number = 0): Stream {
+    return new StreamImpl(this.#native.createStream(int('deviceId', deviceId, 0, MAX_U32)))
   }
 }

@@ -1,26 +1,37 @@
 /**
- * The fast path (see bindings/node/src/fast.rs): arguments and results of the hottest calls
- * pass through a scratch buffer this module owns for the life of the thread, so each call
- * converts no arguments. Internal.
+ * This copy of the package's fast path (see bindings/node/src/fast.rs): the arguments and
+ * results of the hottest calls pass through a scratch block of its own, which the native side
+ * owns, so each call converts no arguments. Another copy of the package in this thread (a
+ * cleared `require` cache, two versions of a dependency) has its own. Where the runtime
+ * refuses external buffers, there is no fast path and every call takes the checked one.
+ * Internal.
  */
 import { native } from './native'
 
-const buffer = new ArrayBuffer(32)
+/** What `createFastPath()` returns. Not in the generated typings, so typed here. */
+interface FastPath {
+  /** 32 bytes: [allocator handle, size or address, result address, stream handle]. */
+  buffer: ArrayBuffer
+  alloc(): void
+  allocOnStream(): void
+  free(): void
+}
+
+function create(): FastPath | undefined {
+  const make = (native as unknown as { createFastPath?: () => FastPath | undefined }).createFastPath
+  try {
+    return make?.() ?? undefined
+  } catch {
+    return undefined
+  }
+}
+
+/** The fast path, or `undefined` when there is none. */
+export const fast: FastPath | undefined = create()
+const buffer = fast?.buffer ?? new ArrayBuffer(32)
 /** [handle, size, -, stream handle] as numbers. */
 export const scratchF64 = new Float64Array(buffer)
 /** [-, address, result address, -] as 64-bit integers. */
 export const scratchU64 = new BigUint64Array(buffer)
-native.fastInit(buffer)
-
-/** The same three calls registered by hand (bindings/node/src/fast.rs): no argument handling
- * at all on the native side. Not in the generated typings, so typed here. */
-interface RawFastPath {
-  rawFastAlloc(): void
-  rawFastAllocOnStream(): void
-  rawFastFree(): void
-}
-const raw = native as unknown as Partial<RawFastPath>
-
-export const fastAlloc: () => void = raw.rawFastAlloc ?? native.fastAlloc
-export const fastAllocOnStream: () => void = raw.rawFastAllocOnStream ?? native.fastAllocOnStream
-export const fastFree: () => void = raw.rawFastFree ?? native.fastFree
+/** The result address as two 32-bit halves: both 0 means no address (no bigint is made). */
+export const scratchU32 = new Uint32Array(buffer)

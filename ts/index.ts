@@ -3,7 +3,9 @@
  * factory for Node.js. See README.md.
  */
 import { native } from './native'
-import type { ArenaOptions } from './config'
+import { toPairLists, type ArenaConfig, type ArenaOptions } from './config'
+import { invalidArgument } from './errors'
+import { str, stringPairs } from './args'
 import type { DeviceInfo } from './types'
 
 export { AllocatorFactory } from './factory-impl'
@@ -39,19 +41,39 @@ export function cudaAvailable(): boolean {
   return native.cudaAvailable()
 }
 
+/** Options as `[keys, values]`, own enumerable string properties only. */
+function lists(name: string, options: unknown): [string[], string[]] {
+  const pairs = stringPairs(name, options)
+  return [pairs.map(([k]) => k), pairs.map(([, v]) => v)]
+}
+
+/** `[keys, values]` → an object with those own properties (`__proto__` included as a key). */
+function record([keys, values]: string[][]): ArenaOptions {
+  const out: ArenaOptions = {}
+  keys.forEach((k, i) => Object.defineProperty(out, k, { value: values[i], enumerable: true, writable: true, configurable: true }))
+  return out
+}
+
 /** `ep_factory.<factoryName>.arena.*` options → bare `arena.*` pairs (name matched exactly). */
 export function envArenaOptions(options: Record<string, string>, factoryName: string): ArenaOptions {
-  return native.envArenaOptions(options, factoryName)
+  const [keys, values] = lists('options', options)
+  return record(native.envArenaOptions(keys, values, str('factoryName', factoryName)))
 }
 
 /** `ep.<lowercased epName>.arena.*` options → bare `arena.*` pairs. */
 export function sessionArenaOptions(options: Record<string, string>, epName: string): ArenaOptions {
-  return native.sessionArenaOptions(options, epName)
+  const [keys, values] = lists('options', options)
+  return record(native.sessionArenaOptions(keys, values, str('epName', epName)))
 }
 
-/** Validates raw pairs and returns the full config, every key present (throws `ERR_ARENA_INVALID_CONFIG`). */
-export function parseArenaConfig(options: ArenaOptions): ArenaOptions {
-  return native.parseArenaConfig(options)
+/**
+ * Validates raw pairs (or a typed config) and returns the full config as raw pairs, every
+ * key present; what it returns is accepted back (throws `ERR_ARENA_INVALID_CONFIG`).
+ */
+export function parseArenaConfig(options: ArenaOptions | ArenaConfig): ArenaOptions {
+  const pairs = toPairLists(options)
+  if (pairs === null) throw invalidArgument('options', options, 'must be an object of arena.* strings or a typed ArenaConfig')
+  return record(native.parseArenaConfig(pairs[0], pairs[1]))
 }
 
 /** The error codes the native layer knows, for checking they match {@link ERROR_CODES}. */

@@ -1,54 +1,58 @@
 //! An allocator handle: one user of a shared allocator (or a plain read-only one).
 
 use crate::bigint::U64Arg;
-use crate::convert::{addr_arg, size_arg, size_num, JsMemoryLog, JsStats};
-use crate::error::{js, released, Result};
+use crate::convert::{addr_arg, int_arg, size_arg, size_num, JsMemoryLog, JsStats};
+use crate::error::{js, Result};
+use crate::handles::{self, AllocatorEntry, Origin};
 use crate::stream::NativeStream;
 use cuda_arena_core::{Allocator, Factory};
-use napi::bindgen_prelude::{Buffer, Uint8Array};
+use napi::bindgen_prelude::Uint8Array;
 use napi_derive::napi;
 use std::sync::Arc;
 
-/// A handle on an allocator; `release` hands it back to its factory.
+/// A handle on an allocator: one user of a shared allocator (or of a plain read-only one).
+/// It holds only its number; the user itself lives in this thread's handle table, which
+/// releases it when the handle is released, collected, or its environment torn down.
 #[napi]
 pub struct NativeAllocator {
-    inner: Option<Arc<dyn Allocator>>,
-    factory: Arc<Factory>,
-    /// This thread's fast-path handle for `inner`.
-    handle: u32,
+    handle: f64,
 }
 
 impl Drop for NativeAllocator {
     fn drop(&mut self) {
-        crate::fast::unregister_allocator(self.handle);
+        // Garbage collected without a release: the user goes now (a no-op if released).
+        handles::finalize(true, self.handle);
     }
 }
 
 impl NativeAllocator {
-    /// A handle on `allocator`, registered for this thread's fast path.
-    pub(crate) fn new(allocator: Arc<dyn Allocator>, factory: Arc<Factory>) -> Self {
-        let handle = crate::fast::register_allocator(allocator.clone());
-        NativeAllocator {
-            inner: Some(allocator),
+    /// Registers one user of `allocator`, made by `factory`, on this thread.
+    pub(crate) fn register(allocator: Arc<dyn Allocator>, factory: Arc<Factory>) -> Result<Self> {
+        let origin = Origin {
+            backend: factory.backend().name(),
+            device: allocator.info().device_id,
+        };
+        let handle = handles::register_allocator(AllocatorEntry {
+            allocator,
             factory,
-            handle,
-        }
+            origin,
+        })?;
+        Ok(NativeAllocator { handle })
     }
 
-    fn get(&self) -> Result<&Arc<dyn Allocator>> {
-        self.inner.as_ref().ok_or_else(|| released("the allocator"))
+    /// Runs `f` on the allocator, or fails with `ERR_ARENA_RELEASED`.
+    fn with<T>(&self, f: impl FnOnce(&dyn Allocator) -> Result<T>) -> Result<T> {
+        handles::with_allocator(self.handle, |e| f(&*e.allocator))
     }
 
     /// The allocator, for native loops in this crate.
-    pub(crate) fn shared(&self) -> Result<&Arc<dyn Allocator>> {
-        self.get()
+    pub(crate) fn shared(&self) -> Result<Arc<dyn Allocator>> {
+        handles::with_allocator(self.handle, |e| Ok(e.allocator.clone()))
     }
 
-    /// Takes the allocator out of this handle (release); the handle is unusable after.
-    pub(crate) fn take(&mut self) -> Result<Arc<dyn Allocator>> {
-        let a = self.inner.take().ok_or_else(|| released("the allocator"))?;
-        crate::fast::unregister_allocator(self.handle);
-        Ok(a)
+    /// This handle's number in the table.
+    pub(crate) fn number(&self) -> f64 {
+        self.handle
     }
 }
 
@@ -58,60 +62,65 @@ impl NativeAllocator {
     #[napi(catch_unwind)]
     pub fn alloc(&self, size: f64) -> Result<Option<u64>> {
         let size = size_num("size", size)?;
-        self.get()?.alloc(size).map_err(js)
+        self.with(|a| a.alloc(size).map_err(js))
     }
 
     /// `alloc` for a size given as a bigint.
     #[napi(catch_unwind, ts_args_type = "size: bigint")]
     pub fn alloc_big(&self, size: U64Arg) -> Result<Option<u64>> {
         let size = size_arg("size", size)?;
-        self.get()?.alloc(size).map_err(js)
+        self.with(|a| a.alloc(size).map_err(js))
     }
 
     #[napi(catch_unwind, ts_args_type = "size: bigint, stream: NativeStream")]
     pub fn alloc_on_stream(&self, size: U64Arg, stream: &NativeStream) -> Result<Option<u64>> {
         let size = size_arg("size", size)?;
-        self.get()?.alloc_on_stream(size, stream.get()?).map_err(js)
+        handles::alloc_on_stream(self.handle, stream.number(), size)
     }
 
     #[napi(catch_unwind, ts_args_type = "size: bigint")]
     pub fn reserve(&self, size: U64Arg) -> Result<Option<u64>> {
         let size = size_arg("size", size)?;
-        self.get()?.reserve(size).map_err(js)
+        self.with(|a| a.reserve(size).map_err(js))
     }
 
     #[napi(catch_unwind, ts_args_type = "addr: bigint")]
     pub fn free(&self, addr: U64Arg) -> Result<()> {
         let addr = addr_arg(addr)?;
-        self.get()?.free(addr).map_err(js)
+        self.with(|a| a.free(addr).map_err(js))
     }
 
     #[napi(catch_unwind)]
     pub fn is_stream_aware(&self) -> Result<bool> {
-        Ok(self.get()?.is_stream_aware())
+        self.with(|a| Ok(a.is_stream_aware()))
     }
 
     #[napi(catch_unwind)]
     pub fn can_shrink(&self) -> Result<bool> {
-        Ok(self.get()?.can_shrink())
+        self.with(|a| Ok(a.can_shrink()))
     }
 
     #[napi(catch_unwind)]
     pub fn shrink(&self) -> Result<()> {
-        self.get()?.shrink().map_err(js)
+        self.with(|a| a.shrink().map_err(js))
     }
 
     #[napi(catch_unwind)]
     pub fn reset_chunks_using_stream(&self, stream: &NativeStream) -> Result<()> {
-        self.get()?
-            .reset_chunks_using_stream(stream.get()?)
-            .map_err(js)
+        handles::with_allocator(self.handle, |a| {
+            handles::with_stream(stream.number(), |s| {
+                handles::check_fits(a, s)?;
+                a.allocator
+                    .reset_chunks_using_stream(s.stream())
+                    .map_err(js)
+            })
+        })
     }
 
     /// `[name, deviceId, type]` of the memory served.
     #[napi(catch_unwind)]
     pub fn info(&self) -> Result<Vec<String>> {
-        let i = self.get()?.info();
+        let i = self.with(|a| Ok(a.info()))?;
         let ty = match i.allocator_type {
             cuda_arena_core::AllocatorType::Device => "device",
             cuda_arena_core::AllocatorType::ReadOnly => "readonly",
@@ -125,15 +134,14 @@ impl NativeAllocator {
 
     #[napi(catch_unwind)]
     pub fn stats(&self) -> Result<JsStats> {
-        Ok(self.get()?.stats().into())
+        self.with(|a| Ok(a.stats().into()))
     }
 
     /// ORT's `GetStats` pairs: `[key, value]`, in ORT's order.
     #[napi(catch_unwind)]
     pub fn stats_raw(&self) -> Result<Vec<Vec<String>>> {
         Ok(self
-            .get()?
-            .stats()
+            .with(|a| Ok(a.stats()))?
             .to_pairs()
             .into_iter()
             .map(|(k, v)| vec![k.to_string(), v])
@@ -142,64 +150,56 @@ impl NativeAllocator {
 
     #[napi(catch_unwind)]
     pub fn memory_log(&self) -> Result<JsMemoryLog> {
-        Ok(self.get()?.memory_log().into())
+        self.with(|a| Ok(a.memory_log().into()))
     }
 
     #[napi(catch_unwind, ts_args_type = "addr: bigint")]
     pub fn allocated_size(&self, addr: U64Arg) -> Result<u64> {
         let addr = addr_arg(addr)?;
-        self.get()?.allocated_size(addr).map_err(js)
+        self.with(|a| a.allocated_size(addr).map_err(js))
     }
 
     #[napi(catch_unwind, ts_args_type = "addr: bigint")]
     pub fn requested_size(&self, addr: U64Arg) -> Result<u64> {
         let addr = addr_arg(addr)?;
-        self.get()?.requested_size(addr).map_err(js)
+        self.with(|a| a.requested_size(addr).map_err(js))
     }
 
     #[napi(catch_unwind, ts_args_type = "addr: bigint, data: Uint8Array")]
     pub fn write(&self, addr: U64Arg, data: Uint8Array) -> Result<()> {
         let addr = addr_arg(addr)?;
-        self.get()?.write(addr, &data).map_err(js)
+        self.with(|a| a.write(addr, &data).map_err(js))
     }
 
-    /// Reads `len` bytes at `addr` into a new buffer (the TS layer copies it out). The
-    /// buffer is zero-allocated (lazily mapped), and the read checks the range first.
-    #[napi(catch_unwind, ts_args_type = "addr: bigint, len: bigint")]
-    pub fn read(&self, addr: U64Arg, len: U64Arg) -> Result<Buffer> {
-        const MAX_READ: u64 = 1 << 32;
+    /// Reads `out.length` bytes at `addr` into `out` (the caller's own view: no native
+    /// buffer sized by a JS value is ever made). The range is checked first.
+    #[napi(catch_unwind, ts_args_type = "addr: bigint, out: Uint8Array")]
+    #[allow(unsafe_code)]
+    pub fn read(&self, addr: U64Arg, mut out: Uint8Array) -> Result<()> {
         let addr = addr_arg(addr)?;
-        let len = size_arg("length", len)?;
-        if len > MAX_READ {
-            return Err(crate::error::invalid(format!(
-                "length {len} is larger than a Node buffer can be"
-            )));
-        }
-        let mut out = vec![0u8; len as usize];
-        self.get()?.read(addr, &mut out).map_err(js)?;
-        Ok(out.into())
+        // SAFETY: JS is paused on this thread while this native call runs, and the TS layer
+        // refuses views of a SharedArrayBuffer, so nothing else reads or writes `out` now.
+        let out = unsafe { out.as_mut() };
+        self.with(|a| a.read(addr, out).map_err(js))
     }
 
     #[napi(catch_unwind, ts_args_type = "addr: bigint, byte: number, len: bigint")]
-    pub fn fill(&self, addr: U64Arg, byte: u8, len: U64Arg) -> Result<()> {
+    pub fn fill(&self, addr: U64Arg, byte: f64, len: U64Arg) -> Result<()> {
+        let byte = int_arg("byte", byte, 0, 255)? as u8;
         let addr = addr_arg(addr)?;
         let len = size_arg("length", len)?;
-        self.get()?.fill(addr, byte, len).map_err(js)
+        self.with(|a| a.fill(addr, byte, len).map_err(js))
     }
 
-    /// This thread's fast-path handle number.
+    /// This handle's number (what the fast path is given).
     #[napi(catch_unwind)]
-    pub fn handle(&self) -> u32 {
+    pub fn handle(&self) -> f64 {
         self.handle
     }
 
     /// Whether this handle was released.
     #[napi(catch_unwind)]
     pub fn is_released(&self) -> bool {
-        self.inner.is_none()
-    }
-
-    pub(crate) fn factory(&self) -> &Arc<Factory> {
-        &self.factory
+        self.with(|_| Ok(())).is_err()
     }
 }

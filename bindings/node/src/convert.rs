@@ -5,7 +5,6 @@ use crate::error::{invalid, js, Result};
 use cuda_arena_core::{AllocatorStats, ArenaConfig, ArenaError, MemoryLog, RawStats};
 use napi::bindgen_prelude::BigInt;
 use napi_derive::napi;
-use std::collections::HashMap;
 
 /// Largest safe integer of a JS number.
 pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
@@ -66,16 +65,23 @@ pub fn addr_arg(v: U64Arg) -> Result<u64> {
     }
 }
 
-/// `arena.*` pairs (already flattened by the TS layer) → config.
-pub fn config_arg(pairs: Option<HashMap<String, String>>) -> Result<Option<ArenaConfig>> {
-    match pairs {
-        None => Ok(None),
-        Some(p) => {
-            let mut keys: Vec<_> = p.into_iter().collect();
-            keys.sort();
-            ArenaConfig::from_pairs(keys).map(Some).map_err(js)
-        }
+/// Pairs given as two arrays of the same length (the TS layer passes an object's own
+/// entries; a JS object itself is never enumerated here, since napi's conversion would also
+/// walk inherited properties, `Object.prototype` included).
+pub fn pairs_arg(keys: Vec<String>, values: Vec<String>) -> Result<Vec<(String, String)>> {
+    if keys.len() != values.len() {
+        return Err(invalid(format!(
+            "{} keys and {} values were given",
+            keys.len(),
+            values.len()
+        )));
     }
+    Ok(keys.into_iter().zip(values).collect())
+}
+
+/// `arena.*` pairs (already flattened by the TS layer) → config.
+pub fn config_arg(pairs: Vec<(String, String)>) -> Result<ArenaConfig> {
+    ArenaConfig::from_pairs(pairs).map_err(js)
 }
 
 fn big(v: u64) -> BigInt {

@@ -1,8 +1,9 @@
 //! The factory handle: a process-wide `cuda_arena_core::Factory` by name.
 
 use crate::allocator::NativeAllocator;
-use crate::convert::{config_arg, JsDeviceStats};
+use crate::convert::{config_arg, pairs_arg, u32_arg, JsDeviceStats};
 use crate::error::{invalid, js, Result};
+use crate::handles;
 use crate::stream::NativeStream;
 use cuda_arena_core::{
     named_factory, AllocatorType, ArenaError, DeviceLimits, Factory, MemoryInfo, MemoryKind,
@@ -11,8 +12,10 @@ use cuda_arena_core::{
 use cuda_sys_bridge::CudaBackend;
 use napi::bindgen_prelude::BigInt;
 use napi_derive::napi;
-use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
+
+/// Simulated devices one factory may have (the count form and the list form alike).
+pub const MAX_DEVICES: usize = 64;
 
 /// One simulated device's limits (host and virtual backends).
 #[napi(object)]
@@ -39,6 +42,31 @@ fn cuda_backend() -> Result<Arc<CudaBackend>> {
         .map_err(js)
 }
 
+/// How a factory's backend and devices read in a message ("the host backend with 2
+/// devices: 4294967296 bytes, maxAllocation unlimited; ...").
+fn describe_spec(backend: &str, limits: &[DeviceLimits]) -> String {
+    if limits.is_empty() {
+        return format!("the {backend} backend");
+    }
+    let devices: Vec<String> = limits
+        .iter()
+        .map(|l| {
+            let max = if l.max_allocation == u64::MAX {
+                "unlimited".to_string()
+            } else {
+                l.max_allocation.to_string()
+            };
+            format!("totalMemory {} maxAllocation {max}", l.total_memory)
+        })
+        .collect();
+    format!(
+        "the {backend} backend with {} device{} ({})",
+        limits.len(),
+        if limits.len() == 1 { "" } else { "s" },
+        devices.join("; ")
+    )
+}
+
 fn bigint_u64(name: &str, v: &BigInt) -> Result<u64> {
     let (negative, value, lossless) = v.get_u64();
     if negative || !lossless {
@@ -60,7 +88,7 @@ impl NativeFactory {
             "virtual" => SimKind::Virtual,
             "cuda" => {
                 let cuda = cuda_backend()?;
-                let inner = named_factory(&name, "cuda", || {
+                let inner = named_factory(&name, &describe_spec("cuda", &[]), || {
                     Ok(Factory::new(name.clone(), cuda.clone()))
                 })
                 .map_err(js)?;
@@ -76,6 +104,12 @@ impl NativeFactory {
                 )))
             }
         };
+        if devices.len() > MAX_DEVICES {
+            return Err(invalid(format!(
+                "devices must list at most {MAX_DEVICES} devices, got {}",
+                devices.len()
+            )));
+        }
         let default_total = match kind {
             SimKind::Host => cuda_arena_core::raw::DEFAULT_HOST_TOTAL_MEMORY,
             SimKind::Virtual => cuda_arena_core::raw::DEFAULT_VIRTUAL_TOTAL_MEMORY,
@@ -99,7 +133,7 @@ impl NativeFactory {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let spec = format!("{backend}:{limits:?}");
+        let spec = describe_spec(&backend, &limits);
         let inner = named_factory(&name, &spec, || {
             Ok(Factory::new(
                 name.clone(),
@@ -130,16 +164,18 @@ impl NativeFactory {
     }
 
     /// `name`: `Cuda`, `CudaPinned` or `Cpu`; `allocatorType`: `device` or `readonly`;
-    /// `options`: flattened `arena.*` pairs.
+    /// `keys`/`values`: flattened `arena.*` pairs, or `null` for no options.
     #[napi(catch_unwind)]
     pub fn create_allocator(
         &mut self,
         name: String,
-        device_id: u32,
+        device_id: f64,
         allocator_type: String,
-        options: Option<HashMap<String, String>>,
+        keys: Option<Vec<String>>,
+        values: Option<Vec<String>>,
         replace: bool,
     ) -> Result<NativeAllocator> {
+        let device_id = u32_arg("deviceId", device_id)?;
         let kind = MemoryKind::from_name(&name).ok_or_else(|| {
             invalid(format!(
                 "memory info name must be 'Cuda', 'CudaPinned' or 'Cpu', got {name:?}"
@@ -159,13 +195,23 @@ impl NativeFactory {
             device_id,
             allocator_type,
         };
-        let config = config_arg(options)?;
+        let config = match (keys, values) {
+            (Some(k), Some(v)) => Some(config_arg(pairs_arg(k, v)?)?),
+            (None, None) => None,
+            _ => return Err(invalid("options need both keys and values")),
+        };
         let created = self
             .inner
             .create_shared_allocator(info, config.as_ref(), replace)
             .map_err(js)?;
+        let handle = NativeAllocator::register(created.allocator.clone(), self.inner.clone());
+        if handle.is_err() {
+            // No handle holds the user: give it back, so a failed call changes nothing.
+            self.inner.release_allocator(&created.allocator);
+        }
+        let handle = handle?;
         self.warnings.extend(created.warnings);
-        Ok(NativeAllocator::new(created.allocator, self.inner.clone()))
+        Ok(handle)
     }
 
     /// Warnings from the last calls, for the TS layer's logger; clears them.
@@ -176,21 +222,20 @@ impl NativeFactory {
 
     /// Counts one user fewer; returns what happened: `counted`, `destroyed` or `untracked`.
     #[napi(catch_unwind)]
-    pub fn release_allocator(&self, allocator: &mut NativeAllocator) -> Result<String> {
-        if !Arc::ptr_eq(allocator.factory(), &self.inner) {
-            return Err(invalid("the allocator was made by another factory"));
-        }
-        let a = allocator.take()?;
-        Ok(match self.inner.release_allocator(&a) {
-            cuda_arena_core::Released::Counted(_) => "counted",
-            cuda_arena_core::Released::Destroyed => "destroyed",
-            cuda_arena_core::Released::Untracked => "untracked",
-        }
-        .to_string())
+    pub fn release_allocator(&self, allocator: &NativeAllocator) -> Result<String> {
+        Ok(
+            match handles::release_allocator(allocator.number(), &self.inner)? {
+                cuda_arena_core::Released::Counted(_) => "counted",
+                cuda_arena_core::Released::Destroyed => "destroyed",
+                cuda_arena_core::Released::Untracked => "untracked",
+            }
+            .to_string(),
+        )
     }
 
     #[napi(catch_unwind)]
-    pub fn device_stats(&self, device_id: u32) -> Result<JsDeviceStats> {
+    pub fn device_stats(&self, device_id: f64) -> Result<JsDeviceStats> {
+        let device_id = u32_arg("deviceId", device_id)?;
         self.inner
             .device_stats(device_id)
             .map(Into::into)
@@ -198,16 +243,14 @@ impl NativeFactory {
     }
 
     #[napi(catch_unwind)]
-    pub fn create_stream(&self, device_id: u32) -> Result<NativeStream> {
+    pub fn create_stream(&self, device_id: f64) -> Result<NativeStream> {
+        let device_id = u32_arg("deviceId", device_id)?;
         if device_id >= self.inner.backend().device_count() {
             return Err(js(self.inner.backend().no_device(device_id)));
         }
         match &self.cuda {
-            Some(cuda) => cuda
-                .create_stream(device_id)
-                .map(NativeStream::cuda)
-                .map_err(js),
-            None => Ok(NativeStream::logical(device_id)),
+            Some(cuda) => NativeStream::cuda(cuda.create_stream(device_id).map_err(js)?),
+            None => NativeStream::logical(self.inner.backend().name(), device_id),
         }
     }
 }

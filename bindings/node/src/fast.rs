@@ -1,253 +1,317 @@
 //! The fast path for the hottest calls (alloc, free, allocOnStream). A Node-API call costs
 //! tens of nanoseconds per argument converted on our machines, more than the arena operation,
-//! so these take no arguments: the TS layer writes them into a small scratch buffer shared
-//! with this thread, calls, and reads the result from the same buffer. Allocators and streams
-//! are named by per-thread handle numbers (JS values never cross threads, so neither do the
-//! handles). Errors still throw, with their codes.
+//! so these take no arguments: the TS layer writes them into a small scratch block, calls,
+//! and reads the result from the same block. Errors still throw, with their codes.
+//!
+//! Safe by construction:
+//! - Each copy of the package's JS asks for its own fast path (`createFastPath()`), so two
+//!   copies in one thread (a cleared `require` cache, two versions of a dependency) never
+//!   share arguments.
+//! - The scratch block belongs to the native side. The `ArrayBuffer` JS writes through and
+//!   each of the three functions that read it hold a reference count on it, so it lives
+//!   until all four are collected: the native side never reads memory the JS side may free,
+//!   and a detached or transferred buffer still points at live memory. The words are read
+//!   and written atomically, since a transferred buffer could be written from another thread
+//!   (garbage in, a coded error out).
+//! - Allocators and streams are named by handle numbers from `handles.rs`, which never
+//!   alias; every value read is checked exactly as the argument-converting path checks it.
 #![allow(unsafe_code)]
 
-use crate::error::{invalid, js, released, Result};
-use cuda_arena_core::{Allocator, Stream};
-use napi::bindgen_prelude::Unknown;
+use crate::convert::size_num;
+use crate::error::{invalid, js, Result};
+use crate::handles;
 use napi::{sys, Env, JsValue};
 use napi_derive::napi;
-use std::cell::{Cell, RefCell};
+use std::ffi::{c_void, CStr};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// Scratch words: handle (f64), argument (f64 size or u64 address), result (u64 address, 0
-/// for none), stream handle (f64).
+/// The words: allocator handle (f64), argument (f64 size or u64 address), result (u64
+/// address, 0 for none), stream handle (f64).
 const WORDS: usize = 4;
+const W_HANDLE: usize = 0;
+const W_ARG: usize = 1;
+const W_RESULT: usize = 2;
+const W_STREAM: usize = 3;
 
-/// Handles of one thread: slot `i` holds handle `i + 1`; 0 is never a handle.
-struct Slots<T> {
-    items: Vec<Option<T>>,
-    vacant: Vec<usize>,
+#[derive(Default)]
+struct Scratch {
+    words: [AtomicU64; WORDS],
 }
 
-impl<T> Slots<T> {
-    const fn new() -> Self {
-        Slots {
-            items: Vec::new(),
-            vacant: Vec::new(),
-        }
+impl Scratch {
+    #[inline]
+    fn load(&self, i: usize) -> u64 {
+        self.words[i].load(Ordering::Relaxed)
     }
 
-    fn insert(&mut self, item: T) -> u32 {
-        let i = match self.vacant.pop() {
-            Some(i) => {
-                self.items[i] = Some(item);
-                i
-            }
-            None => {
-                self.items.push(Some(item));
-                self.items.len() - 1
-            }
-        };
-        (i + 1) as u32
+    #[inline]
+    fn f64(&self, i: usize) -> f64 {
+        f64::from_bits(self.load(i))
     }
 
-    fn remove(&mut self, handle: u32) {
-        let i = handle as usize;
-        if i > 0 && self.items.get_mut(i - 1).and_then(Option::take).is_some() {
-            self.vacant.push(i - 1);
-        }
-    }
-
-    fn get(&self, handle: f64) -> Option<&T> {
-        let i = handle as usize;
-        if i == 0 || handle != i as f64 {
-            return None;
-        }
-        self.items.get(i - 1).and_then(Option::as_ref)
+    #[inline]
+    fn store(&self, i: usize, v: u64) {
+        self.words[i].store(v, Ordering::Relaxed);
     }
 }
 
-thread_local! {
-    static SCRATCH: Cell<*mut u64> = const { Cell::new(std::ptr::null_mut()) };
-    static ALLOCATORS: RefCell<Slots<Arc<dyn Allocator>>> = const { RefCell::new(Slots::new()) };
-    static STREAMS: RefCell<Slots<Stream>> = const { RefCell::new(Slots::new()) };
-}
-
-/// Registers an allocator for the fast path of this thread.
-pub fn register_allocator(a: Arc<dyn Allocator>) -> u32 {
-    ALLOCATORS.with(|s| s.borrow_mut().insert(a))
-}
-
-/// Forgets an allocator handle (release or garbage collection). Quiet at thread exit.
-pub fn unregister_allocator(handle: u32) {
-    let _ = ALLOCATORS.try_with(|s| s.borrow_mut().remove(handle));
-}
-
-/// Registers a stream for the fast path of this thread.
-pub fn register_stream(s: Stream) -> u32 {
-    STREAMS.with(|slots| slots.borrow_mut().insert(s))
-}
-
-/// Forgets a stream handle.
-pub fn unregister_stream(handle: u32) {
-    let _ = STREAMS.try_with(|s| s.borrow_mut().remove(handle));
-}
-
-/// Hands this thread's scratch buffer to the native side: an `ArrayBuffer` of at least
-/// 32 bytes that the caller keeps alive and never detaches for the life of the thread.
-#[napi(catch_unwind, ts_args_type = "buffer: ArrayBuffer")]
-pub fn fast_init(env: Env, buffer: Unknown) -> Result<()> {
-    let mut data: *mut std::ffi::c_void = std::ptr::null_mut();
-    let mut len = 0usize;
-    // SAFETY: `env` and the value are valid for this call; the out-parameters are locals.
-    let status =
-        unsafe { sys::napi_get_arraybuffer_info(env.raw(), buffer.raw(), &mut data, &mut len) };
-    if status != sys::Status::napi_ok
-        || data.is_null()
-        || len < WORDS * 8
-        || !(data as usize).is_multiple_of(8)
-    {
-        return Err(invalid(
-            "the scratch buffer must be an aligned ArrayBuffer of at least 32 bytes",
-        ));
+/// Drops one reference count on a scratch block (a function or the buffer was collected).
+///
+/// # Safety
+/// `ptr` is a pointer from `Arc::into_raw` for a `Scratch`, given up exactly once.
+unsafe fn release(ptr: *mut c_void) {
+    if !ptr.is_null() {
+        // SAFETY: per the contract, `ptr` owns one count of the `Arc`.
+        drop(unsafe { Arc::from_raw(ptr.cast_const().cast::<Scratch>()) });
     }
-    SCRATCH.with(|s| s.set(data.cast()));
+}
+
+unsafe extern "C" fn release_data(_: sys::napi_env, data: *mut c_void, _: *mut c_void) {
+    // SAFETY: `data` was given to napi_add_finalizer as one count of the `Arc`.
+    unsafe { release(data) }
+}
+
+unsafe extern "C" fn release_hint(_: sys::napi_env, _: *mut c_void, hint: *mut c_void) {
+    // SAFETY: `hint` was given to napi_create_external_arraybuffer as one count of the `Arc`.
+    unsafe { release(hint) }
+}
+
+/// The scratch block of the function being called.
+///
+/// # Safety
+/// `env` and `info` are the live arguments of a callback created by `create_fast_path`.
+unsafe fn scratch<'a>(env: sys::napi_env, info: sys::napi_callback_info) -> Result<&'a Scratch> {
+    let mut data: *mut c_void = std::ptr::null_mut();
+    // SAFETY: valid env and info of this call; no arguments are asked for.
+    let status = unsafe {
+        sys::napi_get_cb_info(
+            env,
+            info,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            &mut data,
+        )
+    };
+    if status != sys::Status::napi_ok || data.is_null() {
+        return Err(invalid("the fast path has no scratch block"));
+    }
+    // SAFETY: the function being called holds a count of the `Arc` whose data this is (its
+    // finalizer gives it up only once the function is collected, and it is running now).
+    Ok(unsafe { &*data.cast_const().cast::<Scratch>() })
+}
+
+/// `alloc(size)`: handle, size (f64) → result address or 0.
+fn alloc(w: &Scratch) -> Result<()> {
+    let size = size_num("size", w.f64(W_ARG))?;
+    let addr = handles::with_allocator(w.f64(W_HANDLE), |e| e.allocator.alloc(size).map_err(js))?;
+    w.store(W_RESULT, addr.unwrap_or(0));
     Ok(())
 }
 
-/// Runs `f` on the scratch words. The caller (the TS layer) holds the buffer for the life of
-/// the thread, so the pointer stays valid; JS is not running while native code runs, so
-/// nothing else touches the words meanwhile.
-fn with_scratch<T>(f: impl FnOnce(&mut [u64; WORDS]) -> Result<T>) -> Result<T> {
-    let p = SCRATCH.with(Cell::get);
-    if p.is_null() {
-        return Err(invalid("the fast path was not initialised on this thread"));
-    }
-    // SAFETY: `p` points at the live, 8-byte aligned, at-least-32-byte buffer registered by
-    // `fast_init` on this thread (checked there); no other reference to it exists while this
-    // call runs, because JS is paused and this is the only native code touching it.
-    let words = unsafe { &mut *p.cast::<[u64; WORDS]>() };
-    f(words)
+/// `allocOnStream(size, stream)`: as `alloc`, and the stream handle.
+fn alloc_on_stream(w: &Scratch) -> Result<()> {
+    let size = size_num("size", w.f64(W_ARG))?;
+    let addr = handles::alloc_on_stream(w.f64(W_HANDLE), w.f64(W_STREAM), size)?;
+    w.store(W_RESULT, addr.unwrap_or(0));
+    Ok(())
 }
 
-fn allocator(handle: u64) -> Result<Arc<dyn Allocator>> {
-    ALLOCATORS
-        .with(|s| s.borrow().get(f64::from_bits(handle)).cloned())
-        .ok_or_else(|| released("the allocator"))
+/// `free(p)`: handle, address (u64; the TS layer passes only bigints in 0 … 2^64−1).
+fn free(w: &Scratch) -> Result<()> {
+    let addr = w.load(W_ARG);
+    handles::with_allocator(w.f64(W_HANDLE), |e| e.allocator.free(addr).map_err(js))
 }
 
-fn size_from(bits: u64) -> Result<u64> {
-    let v = f64::from_bits(bits);
-    if v >= 0.0 && v.fract() == 0.0 && v <= 9_007_199_254_740_991.0 {
-        Ok(v as u64)
-    } else {
-        Err(invalid(format!(
-            "size must be a non-negative safe integer, got {v}"
-        )))
-    }
-}
-
-/// `alloc(size)`: words[0] handle, words[1] size (f64) → words[2] address or 0.
-#[napi(catch_unwind)]
-pub fn fast_alloc() -> Result<()> {
-    with_scratch(|w| {
-        let a = allocator(w[0])?;
-        w[2] = a.alloc(size_from(w[1])?).map_err(js)?.unwrap_or(0);
-        Ok(())
+/// Runs `op` on the called function's scratch block with panics caught; an error throws a JS
+/// error with its code. Returns `undefined` (a null value).
+///
+/// # Safety
+/// As [`scratch`].
+unsafe fn raw_call(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+    op: fn(&Scratch) -> Result<()>,
+) -> sys::napi_value {
+    let outcome = std::panic::catch_unwind(|| {
+        // SAFETY: forwarded from this function's contract.
+        let w = unsafe { scratch(env, info) }?;
+        op(w)
     })
-}
-
-/// `allocOnStream(size, stream)`: as `fast_alloc`, words[3] the stream handle (f64).
-#[napi(catch_unwind)]
-pub fn fast_alloc_on_stream() -> Result<()> {
-    with_scratch(|w| {
-        let a = allocator(w[0])?;
-        let size = size_from(w[1])?;
-        let stream = STREAMS
-            .with(|s| s.borrow().get(f64::from_bits(w[3])).cloned())
-            .ok_or_else(|| released("the stream"))?;
-        w[2] = a.alloc_on_stream(size, &stream).map_err(js)?.unwrap_or(0);
-        Ok(())
-    })
-}
-
-/// `free(p)`: words[0] handle, words[1] address (u64).
-#[napi(catch_unwind)]
-pub fn fast_free() -> Result<()> {
-    with_scratch(|w| {
-        let a = allocator(w[0])?;
-        a.free(w[1]).map_err(js)
-    })
-}
-
-/// What napi-rs's wrapper would do around `fast_*`, done by hand: these callbacks read no
-/// arguments, so they ask Node for nothing and return `undefined` as a null value. That
-/// takes the remaining per-call cost down to Node's own dispatch. Errors throw with the code.
-type RawCallback = unsafe extern "C" fn(sys::napi_env, sys::napi_callback_info) -> sys::napi_value;
-
-/// Runs `op` with panics caught; on an error throws a JS error with its code.
-fn raw_call(env: sys::napi_env, op: fn() -> Result<()>) -> sys::napi_value {
-    let outcome = std::panic::catch_unwind(op)
-        .unwrap_or_else(|_| Err(invalid("an internal error was caught")));
+    .unwrap_or_else(|_| Err(invalid("an internal error was caught")));
     if let Err(e) = outcome {
-        let code = std::ffi::CString::new(e.status).unwrap_or_default();
-        let msg = std::ffi::CString::new(e.reason.replace('\0', " ")).unwrap_or_default();
-        // SAFETY: `env` is the live environment of this call; both strings are NUL-terminated.
-        unsafe { sys::napi_throw_error(env, code.as_ptr(), msg.as_ptr()) };
+        throw(env, &e);
     }
     std::ptr::null_mut()
 }
 
-unsafe extern "C" fn raw_fast_alloc(
-    env: sys::napi_env,
-    _: sys::napi_callback_info,
-) -> sys::napi_value {
-    raw_call(env, fast_alloc)
+fn throw(env: sys::napi_env, e: &crate::error::JsError) {
+    let code = std::ffi::CString::new(e.status).unwrap_or_default();
+    let msg = std::ffi::CString::new(e.reason.replace('\0', " ")).unwrap_or_default();
+    // SAFETY: `env` is the live environment of this call; both strings are NUL-terminated.
+    unsafe { sys::napi_throw_error(env, code.as_ptr(), msg.as_ptr()) };
 }
 
-unsafe extern "C" fn raw_fast_alloc_on_stream(
+unsafe extern "C" fn raw_alloc(
     env: sys::napi_env,
-    _: sys::napi_callback_info,
+    info: sys::napi_callback_info,
 ) -> sys::napi_value {
-    raw_call(env, fast_alloc_on_stream)
+    // SAFETY: Node calls this with the live env and info of a call.
+    unsafe { raw_call(env, info, alloc) }
 }
 
-unsafe extern "C" fn raw_fast_free(
+unsafe extern "C" fn raw_alloc_on_stream(
     env: sys::napi_env,
-    _: sys::napi_callback_info,
+    info: sys::napi_callback_info,
 ) -> sys::napi_value {
-    raw_call(env, fast_free)
+    // SAFETY: as above.
+    unsafe { raw_call(env, info, alloc_on_stream) }
 }
 
-/// Adds `rawFastAlloc`, `rawFastAllocOnStream` and `rawFastFree` to the module's exports.
-#[napi(module_exports)]
-pub fn register_raw_fast_path(
-    exports: napi::bindgen_prelude::Object,
-    env: Env,
-) -> napi::Result<()> {
-    let table: [(&std::ffi::CStr, RawCallback); 3] = [
-        (c"rawFastAlloc", raw_fast_alloc),
-        (c"rawFastAllocOnStream", raw_fast_alloc_on_stream),
-        (c"rawFastFree", raw_fast_free),
+unsafe extern "C" fn raw_free(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    // SAFETY: as above.
+    unsafe { raw_call(env, info, free) }
+}
+
+type RawCallback = unsafe extern "C" fn(sys::napi_env, sys::napi_callback_info) -> sys::napi_value;
+
+fn check(status: sys::napi_status, what: &str) -> Result<()> {
+    if status == sys::Status::napi_ok {
+        Ok(())
+    } else {
+        Err(invalid(format!("{what} failed (napi status {status})")))
+    }
+}
+
+/// `{ buffer, alloc, allocOnStream, free }` over a new scratch block, or `undefined` when
+/// this runtime does not allow external buffers (the TS layer then takes the checked path).
+///
+/// # Safety
+/// `env` is the live environment of a call.
+unsafe fn build_fast_path(env: sys::napi_env) -> Result<sys::napi_value> {
+    let scratch = Arc::new(Scratch::default());
+    let data = scratch.words.as_ptr().cast_mut().cast::<c_void>();
+    let mut buffer = std::ptr::null_mut();
+    let hint = Arc::into_raw(scratch.clone()).cast_mut().cast::<c_void>();
+    // SAFETY: `data` points at the block's `WORDS * 8` bytes, which live as long as the
+    // count given as `hint`, released by `release_hint` when the buffer's memory goes.
+    let status = unsafe {
+        sys::napi_create_external_arraybuffer(
+            env,
+            data,
+            WORDS * 8,
+            Some(release_hint),
+            hint,
+            &mut buffer,
+        )
+    };
+    if status != sys::Status::napi_ok {
+        // SAFETY: the buffer was not made, so its count is ours to give back.
+        unsafe { release(hint) };
+        return Ok(std::ptr::null_mut());
+    }
+    let mut object = std::ptr::null_mut();
+    // SAFETY: live env; out-parameter is a local.
+    let status = unsafe { sys::napi_create_object(env, &mut object) };
+    check(status, "napi_create_object")?;
+    // SAFETY: live env; both values were just created; the name is NUL-terminated.
+    let status = unsafe { sys::napi_set_named_property(env, object, c"buffer".as_ptr(), buffer) };
+    check(status, "napi_set_named_property")?;
+    let table: [(&CStr, RawCallback); 3] = [
+        (c"alloc", raw_alloc),
+        (c"allocOnStream", raw_alloc_on_stream),
+        (c"free", raw_free),
     ];
     for (name, cb) in table {
+        let count = Arc::into_raw(scratch.clone()).cast_mut().cast::<c_void>();
         let mut f = std::ptr::null_mut();
-        // SAFETY: `env` is live during module registration; the name is NUL-terminated and
-        // its length is given; `cb` has the callback signature Node expects.
-        let status = unsafe {
+        // SAFETY: live env; the name is NUL-terminated with its length given; `cb` has the
+        // callback signature; `count` is the function's data (see `scratch`).
+        let made = unsafe {
             sys::napi_create_function(
-                env.raw(),
+                env,
                 name.as_ptr(),
                 name.to_bytes().len() as isize,
                 Some(cb),
-                std::ptr::null_mut(),
+                count,
                 &mut f,
             )
         };
-        if status != sys::Status::napi_ok {
-            return Err(napi::Error::from_reason("napi_create_function failed"));
+        if made != sys::Status::napi_ok {
+            // SAFETY: no function holds the count.
+            unsafe { release(count) };
+            return Err(invalid("napi_create_function failed"));
         }
-        // SAFETY: `exports` is the module's live exports object; `f` was just created.
-        let status =
-            unsafe { sys::napi_set_named_property(env.raw(), exports.raw(), name.as_ptr(), f) };
-        if status != sys::Status::napi_ok {
-            return Err(napi::Error::from_reason("napi_set_named_property failed"));
+        // SAFETY: live env; `f` was just created; the finalizer gives the count back when
+        // `f` is collected (or the environment goes).
+        let added = unsafe {
+            sys::napi_add_finalizer(
+                env,
+                f,
+                count,
+                Some(release_data),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
+        };
+        if added != sys::Status::napi_ok {
+            // The function may outlive a released count: leak it instead (32 bytes).
+            return Err(invalid("napi_add_finalizer failed"));
+        }
+        // SAFETY: live env; `object` and `f` were just created.
+        let status = unsafe { sys::napi_set_named_property(env, object, name.as_ptr(), f) };
+        check(status, "napi_set_named_property")?;
+    }
+    Ok(object)
+}
+
+unsafe extern "C" fn raw_create_fast_path(
+    env: sys::napi_env,
+    _: sys::napi_callback_info,
+) -> sys::napi_value {
+    // SAFETY: Node calls this with the live env of a call.
+    let outcome = std::panic::catch_unwind(|| unsafe { build_fast_path(env) })
+        .unwrap_or_else(|_| Err(invalid("an internal error was caught")));
+    match outcome {
+        Ok(v) => v,
+        Err(e) => {
+            throw(env, &e);
+            std::ptr::null_mut()
         }
     }
+}
+
+/// Adds `createFastPath` to the module's exports, and releases this environment's handles
+/// when it is torn down (a worker terminated, the process exiting).
+#[napi(module_exports)]
+pub fn register_fast_path(exports: napi::bindgen_prelude::Object, env: Env) -> napi::Result<()> {
+    let name = c"createFastPath";
+    let mut f = std::ptr::null_mut();
+    // SAFETY: `env` is live during module registration; the name is NUL-terminated and its
+    // length is given; the callback has the signature Node expects.
+    let status = unsafe {
+        sys::napi_create_function(
+            env.raw(),
+            name.as_ptr(),
+            name.to_bytes().len() as isize,
+            Some(raw_create_fast_path),
+            std::ptr::null_mut(),
+            &mut f,
+        )
+    };
+    if status != sys::Status::napi_ok {
+        return Err(napi::Error::from_reason("napi_create_function failed"));
+    }
+    // SAFETY: `exports` is the module's live exports object; `f` was just created.
+    let status =
+        unsafe { sys::napi_set_named_property(env.raw(), exports.raw(), name.as_ptr(), f) };
+    if status != sys::Status::napi_ok {
+        return Err(napi::Error::from_reason("napi_set_named_property failed"));
+    }
+    env.add_env_cleanup_hook((), |()| handles::release_all())?;
     Ok(())
 }

@@ -1,47 +1,79 @@
 //! Free functions: option namespaces, config validation, error codes, devices.
 
-use crate::convert::config_arg;
+use crate::convert::{config_arg, pairs_arg};
 use crate::error::Result;
 use napi_derive::napi;
-use std::collections::HashMap;
 
-fn pairs(v: HashMap<String, String>) -> Vec<(String, String)> {
-    let mut p: Vec<_> = v.into_iter().collect();
-    p.sort();
-    p
-}
-
-/// `ep_factory.<factoryName>.arena.*` → `arena.*`.
+/// `ep_factory.<factoryName>.arena.*` → `arena.*`, as `[keys, values]`.
 #[napi(catch_unwind)]
 pub fn env_arena_options(
-    options: HashMap<String, String>,
+    keys: Vec<String>,
+    values: Vec<String>,
     factory_name: String,
-) -> HashMap<String, String> {
-    cuda_arena_core::env_arena_options(pairs(options), &factory_name)
-        .into_iter()
-        .collect()
+) -> Result<Vec<Vec<String>>> {
+    Ok(unzip(cuda_arena_core::env_arena_options(
+        pairs_arg(keys, values)?,
+        &factory_name,
+    )))
 }
 
-/// `ep.<lowercased ep name>.arena.*` → `arena.*`.
+/// `ep.<lowercased ep name>.arena.*` → `arena.*`, as `[keys, values]`.
 #[napi(catch_unwind)]
 pub fn session_arena_options(
-    options: HashMap<String, String>,
+    keys: Vec<String>,
+    values: Vec<String>,
     ep_name: String,
-) -> HashMap<String, String> {
-    cuda_arena_core::session_arena_options(pairs(options), &ep_name)
-        .into_iter()
+) -> Result<Vec<Vec<String>>> {
+    Ok(unzip(cuda_arena_core::session_arena_options(
+        pairs_arg(keys, values)?,
+        &ep_name,
+    )))
+}
+
+fn unzip(pairs: Vec<(String, String)>) -> Vec<Vec<String>> {
+    let (keys, values) = pairs.into_iter().unzip();
+    vec![keys, values]
+}
+
+/// Parses `arena.*` pairs and returns the full config as `[keys, values]` (throws on
+/// invalid).
+#[napi(catch_unwind)]
+pub fn parse_arena_config(keys: Vec<String>, values: Vec<String>) -> Result<Vec<Vec<String>>> {
+    let cfg = config_arg(pairs_arg(keys, values)?)?;
+    Ok(unzip(
+        cfg.to_pairs()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+    ))
+}
+
+/// The known config key nearest to `key`: the raw `arena.*` key, or with `typed`, the typed
+/// camelCase field name (for "did you mean" messages).
+#[napi(catch_unwind)]
+pub fn nearest_config_key(key: String, typed: bool) -> String {
+    if typed {
+        cuda_arena_core::config::nearest_typed_key(&key)
+    } else {
+        cuda_arena_core::config::nearest_key(&key)
+    }
+    .to_string()
+}
+
+/// Every typed config field with its raw key, `[typed, raw]`, in documentation order.
+#[napi(catch_unwind)]
+pub fn typed_config_keys() -> Vec<Vec<String>> {
+    cuda_arena_core::config::keys::TYPED
+        .iter()
+        .map(|(typed, raw)| vec![typed.to_string(), raw.to_string()])
         .collect()
 }
 
-/// Parses `arena.*` pairs and returns the full config as pairs (throws on invalid).
+/// Live handles of this thread: `[allocator users, streams]` (for tests of release paths).
 #[napi(catch_unwind)]
-pub fn parse_arena_config(options: HashMap<String, String>) -> Result<HashMap<String, String>> {
-    let cfg = config_arg(Some(options))?.unwrap_or_default();
-    Ok(cfg
-        .to_pairs()
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect())
+pub fn live_handles() -> Vec<u32> {
+    let (a, s) = crate::handles::live_counts();
+    vec![a as u32, s as u32]
 }
 
 /// The stable error codes, in DESIGN order.

@@ -14,5 +14,6 @@ mod error;
 mod factory;
 mod fast;
 mod functions;
+mod handles;
 mod replay;
 mod stream;

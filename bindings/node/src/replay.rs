@@ -107,7 +107,7 @@ pub fn replay_trace(
 ) -> Result<JsReplayReport> {
     let ops = to_ops(&trace)?;
     let streams: Vec<Stream> = (0..streams).map(|_| Stream::new()).collect();
-    let r = replay(&**allocator.shared()?, &ops, &streams, track_peaks).map_err(js)?;
+    let r = replay(&*allocator.shared()?, &ops, &streams, track_peaks).map_err(js)?;
     Ok(JsReplayReport {
         ops: r.ops as f64,
         peak_requested: r.peak_requested as f64,

@@ -1,16 +1,14 @@
 //! Streams: a `CUstream` with events on `cuda`, a logical stream on `host` and `virtual`;
-//! both carry ORT's sync-id clock.
+//! both carry ORT's sync-id clock. A `NativeStream` holds only its number in this thread's
+//! handle table (`handles.rs`); releasing it, or its collection, drops the stream, which
+//! resets its chunks in every allocator that used it.
 
-use crate::error::{invalid, js, released, Result};
+use crate::error::{invalid, js, Result};
+use crate::handles::{self, Origin, StreamEntry, StreamKind};
 use cuda_arena_core::{Stream, StreamEvent};
 use cuda_sys_bridge::{CudaEvent, CudaStream};
 use napi::bindgen_prelude::BigInt;
 use napi_derive::napi;
-
-enum Kind {
-    Logical(Stream),
-    Cuda(CudaStream),
-}
 
 enum EventKind {
     Logical(StreamEvent),
@@ -20,15 +18,13 @@ enum EventKind {
 /// A stream handle.
 #[napi]
 pub struct NativeStream {
-    inner: Option<Kind>,
+    handle: f64,
     device_id: u32,
-    /// This thread's fast-path handle.
-    handle: u32,
 }
 
 impl Drop for NativeStream {
     fn drop(&mut self) {
-        crate::fast::unregister_stream(self.handle);
+        handles::finalize(false, self.handle);
     }
 }
 
@@ -39,40 +35,33 @@ pub struct NativeEvent {
 }
 
 impl NativeStream {
-    /// A logical stream (host and virtual backends).
-    pub fn logical(device_id: u32) -> Self {
-        Self::wrap(Kind::Logical(Stream::new()), device_id)
+    /// A logical stream (host and virtual backends) of `backend`.
+    pub fn logical(backend: &'static str, device_id: u32) -> Result<Self> {
+        Self::register(StreamKind::Logical(Stream::new()), backend, device_id)
     }
 
     /// A CUDA stream.
-    pub fn cuda(stream: CudaStream) -> Self {
+    pub fn cuda(stream: CudaStream) -> Result<Self> {
         let device_id = stream.device_id();
-        Self::wrap(Kind::Cuda(stream), device_id)
+        Self::register(StreamKind::Cuda(stream), "cuda", device_id)
     }
 
-    fn wrap(kind: Kind, device_id: u32) -> Self {
-        let logical = match &kind {
-            Kind::Logical(s) => s.clone(),
-            Kind::Cuda(c) => c.logical().clone(),
+    fn register(kind: StreamKind, backend: &'static str, device_id: u32) -> Result<Self> {
+        let origin = Origin {
+            backend,
+            device: device_id,
         };
-        let handle = crate::fast::register_stream(logical);
-        NativeStream {
-            inner: Some(kind),
-            device_id,
-            handle,
-        }
+        let handle = handles::register_stream(StreamEntry { kind, origin })?;
+        Ok(NativeStream { handle, device_id })
     }
 
-    /// The stream as the arena sees it.
-    pub fn get(&self) -> Result<&Stream> {
-        match self.inner.as_ref().ok_or_else(|| released("the stream"))? {
-            Kind::Logical(s) => Ok(s),
-            Kind::Cuda(c) => Ok(c.logical()),
-        }
+    /// This handle's number in the table.
+    pub(crate) fn number(&self) -> f64 {
+        self.handle
     }
 
-    fn kind(&self) -> Result<&Kind> {
-        self.inner.as_ref().ok_or_else(|| released("the stream"))
+    fn with<T>(&self, f: impl FnOnce(&StreamEntry) -> Result<T>) -> Result<T> {
+        handles::with_stream(self.handle, f)
     }
 }
 
@@ -80,7 +69,7 @@ impl NativeStream {
 impl NativeStream {
     #[napi(catch_unwind)]
     pub fn id(&self) -> Result<BigInt> {
-        Ok(BigInt::from(self.get()?.id()))
+        self.with(|s| Ok(BigInt::from(s.stream().id())))
     }
 
     #[napi(catch_unwind)]
@@ -90,53 +79,60 @@ impl NativeStream {
 
     #[napi(catch_unwind)]
     pub fn sync_id(&self) -> Result<BigInt> {
-        Ok(BigInt::from(self.get()?.sync_id()))
+        self.with(|s| Ok(BigInt::from(s.stream().sync_id())))
     }
 
     /// Records an event (a CUDA event on `cuda`) and bumps the sync id.
     #[napi(catch_unwind)]
     pub fn record(&self) -> Result<NativeEvent> {
-        Ok(NativeEvent {
-            inner: match self.kind()? {
-                Kind::Logical(s) => EventKind::Logical(s.record()),
-                Kind::Cuda(c) => EventKind::Cuda(c.record().map_err(js)?),
-            },
+        self.with(|s| {
+            Ok(NativeEvent {
+                inner: match &s.kind {
+                    StreamKind::Logical(l) => EventKind::Logical(l.record()),
+                    StreamKind::Cuda(c) => EventKind::Cuda(c.record().map_err(js)?),
+                },
+            })
         })
     }
 
     /// Makes this stream wait for `event` (on the GPU on `cuda`).
     #[napi(catch_unwind)]
     pub fn wait(&self, event: &NativeEvent) -> Result<()> {
-        match (self.kind()?, &event.inner) {
-            (Kind::Logical(s), EventKind::Logical(e)) => {
+        self.with(|s| match (&s.kind, &event.inner) {
+            (StreamKind::Logical(s), EventKind::Logical(e)) => {
                 s.wait(e);
                 Ok(())
             }
-            (Kind::Cuda(s), EventKind::Cuda(e)) => s.wait(e).map_err(js),
+            (StreamKind::Cuda(s), EventKind::Cuda(e)) => s.wait(e).map_err(js),
             _ => Err(invalid("the event comes from a stream of another backend")),
-        }
+        })
     }
 
     /// Waits on the host for the stream's work (nothing to wait for on host and virtual).
     #[napi(catch_unwind)]
     pub fn synchronize(&self) -> Result<()> {
-        match self.kind()? {
-            Kind::Logical(_) => Ok(()),
-            Kind::Cuda(c) => c.synchronize().map_err(js),
-        }
+        self.with(|s| match &s.kind {
+            StreamKind::Logical(_) => Ok(()),
+            StreamKind::Cuda(c) => c.synchronize().map_err(js),
+        })
     }
 
+    /// Releases the stream: its chunks are reset in every allocator that used it.
     #[napi(catch_unwind)]
-    pub fn release(&mut self) -> Result<()> {
-        self.inner.take().ok_or_else(|| released("the stream"))?;
-        crate::fast::unregister_stream(self.handle);
-        Ok(())
+    pub fn release(&self) -> Result<()> {
+        handles::release_stream(self.handle)
     }
 
-    /// This thread's fast-path handle number.
+    /// This handle's number (what the fast path is given).
     #[napi(catch_unwind)]
-    pub fn handle(&self) -> u32 {
+    pub fn handle(&self) -> f64 {
         self.handle
+    }
+
+    /// Whether this stream was released.
+    #[napi(catch_unwind)]
+    pub fn is_released(&self) -> bool {
+        self.with(|_| Ok(())).is_err()
     }
 }
 

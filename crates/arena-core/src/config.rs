@@ -53,6 +53,29 @@ pub mod keys {
     pub const CUDA_MEMPOOL_BYTES_TO_KEEP_ON_SHRINK: &str =
         "arena.cuda_mempool_bytes_to_keep_on_shrink";
 
+    /// The typed (camelCase) name of every key, as the TypeScript API spells it, with the
+    /// key; in documentation order.
+    pub const TYPED: [(&str, &str); 9] = [
+        ("extendStrategy", EXTEND_STRATEGY),
+        ("initialChunkSizeBytes", INITIAL_CHUNK_SIZE_BYTES),
+        ("maxDeadBytesPerChunk", MAX_DEAD_BYTES_PER_CHUNK),
+        (
+            "initialGrowthChunkSizeBytes",
+            INITIAL_GROWTH_CHUNK_SIZE_BYTES,
+        ),
+        ("maxPowerOfTwoExtendBytes", MAX_POWER_OF_TWO_EXTEND_BYTES),
+        ("maxMem", MAX_MEM),
+        ("useCudaMempool", USE_CUDA_MEMPOOL),
+        (
+            "cudaMempoolReleaseThreshold",
+            CUDA_MEMPOOL_RELEASE_THRESHOLD,
+        ),
+        (
+            "cudaMempoolBytesToKeepOnShrink",
+            CUDA_MEMPOOL_BYTES_TO_KEEP_ON_SHRINK,
+        ),
+    ];
+
     /// Every known key, in documentation order.
     pub const ALL: [&str; 9] = [
         EXTEND_STRATEGY,
@@ -176,13 +199,29 @@ fn edit_distance(a: &str, b: &str) -> usize {
     row[b.len()]
 }
 
+/// Edit distance, with a long input cut short first: suggestions are for typos, and the
+/// distance costs time in the product of the lengths.
+fn distance(key: &str, known: &str) -> usize {
+    let cut: String = key.chars().take(64).collect();
+    edit_distance(&cut, known)
+}
+
 /// The known key closest to `key`.
 pub fn nearest_key(key: &str) -> &'static str {
     keys::ALL
         .iter()
         .copied()
-        .min_by_key(|k| edit_distance(key, k))
+        .min_by_key(|k| distance(key, k))
         .unwrap_or(keys::MAX_MEM)
+}
+
+/// The typed (camelCase) field name closest to `key`.
+pub fn nearest_typed_key(key: &str) -> &'static str {
+    keys::TYPED
+        .iter()
+        .map(|(typed, _)| *typed)
+        .min_by_key(|k| distance(key, k))
+        .unwrap_or("maxMem")
 }
 
 impl ArenaConfig {

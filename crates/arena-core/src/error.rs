@@ -110,6 +110,7 @@ impl fmt::Display for ArenaError {
                 write!(f, "out of memory allocating {requested} bytes: {reason}")
             }
             ArenaError::InvalidConfig { key, value, reason } => {
+                let (key, value) = (bounded(key), bounded(value));
                 write!(f, "invalid value {value:?} for {key}: {reason}")
             }
             ArenaError::InvalidArgument { reason } => write!(f, "invalid argument: {reason}"),
@@ -124,6 +125,18 @@ impl fmt::Display for ArenaError {
 }
 
 impl std::error::Error for ArenaError {}
+
+/// At most this many characters of a caller's text go into a message.
+const QUOTED_CHARS: usize = 80;
+
+/// `s`, cut to [`QUOTED_CHARS`] characters with an ellipsis, so a huge key or value (a
+/// 100 MB number) makes a short message.
+pub(crate) fn bounded(s: &str) -> std::borrow::Cow<'_, str> {
+    match s.char_indices().nth(QUOTED_CHARS) {
+        None => std::borrow::Cow::Borrowed(s),
+        Some((end, _)) => std::borrow::Cow::Owned(format!("{}…", &s[..end])),
+    }
+}
 
 /// Result alias used across the crate.
 pub type Result<T, E = ArenaError> = std::result::Result<T, E>;
