@@ -9,17 +9,27 @@ use napi_derive::napi;
 /// Largest safe integer of a JS number.
 pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
 
+/// `v` as a whole number in `0 ..= 2^53−1`, or `None` (NaN, infinities, fractions, negatives,
+/// larger values). A round trip through `u64` rather than `f64::fract`, which is a libm call
+/// on the fast path.
+#[inline]
+pub fn whole(v: f64) -> Option<u64> {
+    if v >= 0.0 && v <= MAX_SAFE_INTEGER as f64 && (v as u64) as f64 == v {
+        Some(v as u64)
+    } else {
+        None
+    }
+}
+
 /// A whole JS number in `min..=max`. Integer arguments cross as `f64` and are checked here,
 /// never converted by napi (whose `u32` wraps `-1` to 2^32−1 and truncates `1.9` to 1), so a
 /// direct caller of the binding gets the same refusal as one of the TypeScript API.
 pub fn int_arg(name: &str, v: f64, min: u64, max: u64) -> Result<u64> {
-    // `max` is at most 2^53−1 in every caller, so the comparison in f64 is exact.
-    if v.fract() == 0.0 && v >= min as f64 && v <= max.min(MAX_SAFE_INTEGER) as f64 {
-        Ok(v as u64)
-    } else {
-        Err(invalid(format!(
+    match whole(v) {
+        Some(n) if n >= min && n <= max => Ok(n),
+        _ => Err(invalid(format!(
             "{name} must be an integer {min} … {max}, got {v}"
-        )))
+        ))),
     }
 }
 
@@ -29,14 +39,13 @@ pub fn u32_arg(name: &str, v: f64) -> Result<u32> {
 }
 
 /// A size from a JS number: a non-negative safe integer.
+#[inline]
 pub fn size_num(name: &str, v: f64) -> Result<u64> {
-    if v >= 0.0 && v.fract() == 0.0 && v <= MAX_SAFE_INTEGER as f64 {
-        Ok(v as u64)
-    } else {
-        Err(invalid(format!(
+    whole(v).ok_or_else(|| {
+        invalid(format!(
             "{name} must be a non-negative safe integer, got {v}"
-        )))
-    }
+        ))
+    })
 }
 
 /// A size from a JS bigint. Negative is an invalid argument; 2^64 or more can never be

@@ -27,8 +27,6 @@ const INDEX_BITS: u32 = 21;
 const INDEX_MASK: u64 = (1 << INDEX_BITS) - 1;
 /// Live entries one thread may hold per table; creating more is a coded error.
 pub const MAX_LIVE_HANDLES: usize = (1 << 20) - 1;
-/// Largest safe integer of a JS number: handle numbers stay below it.
-const MAX_SAFE: f64 = 9_007_199_254_740_991.0;
 
 struct Slot<T> {
     generation: u32,
@@ -56,11 +54,9 @@ impl<T> Table<T> {
     }
 
     /// `(index, generation)` of a handle number, if it is one at all.
+    #[inline]
     fn decode(handle: f64) -> Option<(usize, u32)> {
-        if !(1.0..=MAX_SAFE).contains(&handle) || handle.fract() != 0.0 {
-            return None;
-        }
-        let h = handle as u64;
+        let h = crate::convert::whole(handle)?;
         let index = (h & INDEX_MASK) as usize;
         let generation = u32::try_from(h >> INDEX_BITS).ok()?;
         Some((index.checked_sub(1)?, generation))
@@ -86,6 +82,7 @@ impl<T> Table<T> {
         Some(Self::encode(index, slot.generation))
     }
 
+    #[inline]
     fn get(&self, handle: f64) -> Option<&T> {
         let (index, generation) = Self::decode(handle)?;
         let slot = self.slots.get(index)?;
