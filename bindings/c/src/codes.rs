@@ -32,6 +32,12 @@ pub fn code_of(e: &ArenaError) -> i32 {
 
 thread_local! {
     static LAST: RefCell<(i32, String)> = const { RefCell::new((CUDA_ARENA_OK, String::new())) };
+    /// The warnings of this thread's last `cuda_arena_create`, joined by "; ".
+    static LAST_WARNING: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+pub(crate) fn set_last_warning(warning: String) {
+    LAST_WARNING.with(|w| *w.borrow_mut() = warning);
 }
 
 pub(crate) fn set_last(code: i32, message: String) {
@@ -79,5 +85,16 @@ pub extern "C" fn cuda_arena_last_error(buf: *mut std::ffi::c_char, len: usize) 
         let l = l.borrow();
         copy_out(&l.1, buf, len);
         l.1.len()
+    })
+}
+
+/// Copies the warning of this thread's last `cuda_arena_create` (empty if it had none) into
+/// `buf`; returns its full length.
+#[no_mangle]
+pub extern "C" fn cuda_arena_last_warning(buf: *mut std::ffi::c_char, len: usize) -> usize {
+    LAST_WARNING.with(|w| {
+        let w = w.borrow();
+        copy_out(&w, buf, len);
+        w.len()
     })
 }

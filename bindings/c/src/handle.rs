@@ -1,29 +1,24 @@
-//! Allocator handles and the entry points that use them.
+//! The entry points of `include/cuda_arena.h` that take an allocator handle.
 
 use crate::codes::*;
+use crate::handles::{self, Handle};
 use cuda_arena_core::{
-    named_factory, Allocator, AllocatorStats, ArenaConfig, ArenaError, Factory, MemoryInfo,
-    MemoryKind, SimBackend, SimKind, Stream,
+    named_factory, AllocatorStats, ArenaConfig, ArenaError, Factory, MemoryInfo, MemoryKind,
+    SimBackend, SimKind,
 };
 use cuda_sys_bridge::CudaBackend;
-use parking_lot::Mutex;
-use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-/// What a `cuda_arena_allocator*` points at.
-#[derive(Debug)]
-pub struct Handle {
-    factory: Arc<Factory>,
-    allocator: Arc<dyn Allocator>,
-    /// One logical stream per `CUstream` (or token) seen, so sync ids persist per stream.
-    streams: Mutex<HashMap<usize, Stream>>,
-}
-
-/// Opaque to C.
+/// Opaque to C, and never dereferenced here either: a handle's value names a slot of the
+/// live-handle table (see `handles.rs`).
 #[allow(non_camel_case_types)]
-pub type cuda_arena_allocator = Handle;
+#[repr(C)]
+#[derive(Debug)]
+pub struct cuda_arena_allocator {
+    _opaque: [u8; 0],
+}
 
 /// The C layout of `cuda_arena_stats`.
 #[repr(C)]
@@ -126,7 +121,7 @@ unsafe fn create(
     keys: *const *const c_char,
     values: *const *const c_char,
     n: usize,
-) -> Result<Box<Handle>, ArenaError> {
+) -> Result<(*mut cuda_arena_allocator, String), ArenaError> {
     // SAFETY: forwarded from the caller's contract.
     let backend = unsafe { str_arg(backend, "backend") }?;
     // SAFETY: as above.
@@ -152,14 +147,22 @@ unsafe fn create(
     let config = ArenaConfig::from_pairs(pairs)?;
     let factory = factory_for(backend)?;
     let created = factory.create_allocator(MemoryInfo::new(kind, device), Some(&config))?;
-    Ok(Box::new(Handle {
+    let handle = Handle {
         factory,
         allocator: created.allocator,
-        streams: Mutex::new(HashMap::new()),
-    }))
+        streams: created.streams,
+    };
+    match handles::insert(handle) {
+        Ok(a) => Ok((a.cast(), created.warnings.join("; "))),
+        Err((e, handle)) => {
+            handle.factory.release_allocator(&handle.allocator);
+            Err(e)
+        }
+    }
 }
 
-/// Creates (or joins) the shared allocator; NULL and `err` on failure.
+/// Creates (or joins) the shared allocator; NULL and `err` on failure. On success `err`
+/// holds the warning (options that differ from the shared arena's), or an empty string.
 ///
 /// # Safety
 /// `backend` and `memory` are NUL-terminated strings; `keys` and `values` point at `n`
@@ -177,11 +180,14 @@ pub unsafe extern "C" fn cuda_arena_create(
     err_len: usize,
 ) -> *mut cuda_arena_allocator {
     guard(std::ptr::null_mut(), || {
+        set_last_warning(String::new());
         // SAFETY: forwarded from this function's contract.
         match unsafe { create(backend, memory, device_id, keys, values, n) } {
-            Ok(h) => {
+            Ok((a, warning)) => {
                 clear_last();
-                Box::into_raw(h)
+                copy_out(&warning, err, err_len);
+                set_last_warning(warning);
+                a
             }
             Err(e) => {
                 fail(&e);
@@ -192,11 +198,13 @@ pub unsafe extern "C" fn cuda_arena_create(
     })
 }
 
-/// # Safety
-/// `a` is NULL or a live pointer from `cuda_arena_create`.
-unsafe fn handle<'a>(a: *const cuda_arena_allocator) -> Result<&'a Handle, ArenaError> {
-    // SAFETY: per the contract, a non-NULL `a` is a live box made by `cuda_arena_create`.
-    unsafe { a.as_ref() }.ok_or_else(|| invalid("the allocator is NULL"))
+/// Runs `f` on the live handle `a`: NULL is `ERR_ARENA_INVALID_ARGUMENT`, a destroyed handle
+/// `ERR_ARENA_RELEASED`. Never dereferences `a`.
+fn with<T>(
+    a: *const cuda_arena_allocator,
+    f: impl FnOnce(&Handle) -> Result<T, ArenaError>,
+) -> Result<T, ArenaError> {
+    handles::with(a.cast(), f)
 }
 
 fn addr_out(r: Result<Option<u64>, ArenaError>) -> *mut c_void {
@@ -222,93 +230,106 @@ fn code_out(r: Result<(), ArenaError>) -> i32 {
     }
 }
 
-/// # Safety
-/// `a` is NULL or a live pointer from `cuda_arena_create`.
+/// `a` is a handle from `cuda_arena_create` (a destroyed one is `CUDA_ARENA_ERR_RELEASED`), or
+/// NULL. Not `unsafe`: the handle is never dereferenced, only looked up.
 #[no_mangle]
-pub unsafe extern "C" fn cuda_arena_alloc(
-    a: *mut cuda_arena_allocator,
-    size: usize,
-) -> *mut c_void {
+pub extern "C" fn cuda_arena_alloc(a: *mut cuda_arena_allocator, size: usize) -> *mut c_void {
     guard(std::ptr::null_mut(), || {
-        // SAFETY: forwarded from this function's contract.
-        let h = unsafe { handle(a) };
-        addr_out(h.and_then(|h| h.allocator.alloc(size as u64)))
+        addr_out(with(a, |h| h.allocator.alloc(size as u64)))
     })
 }
 
-/// # Safety
-/// `a` is NULL or a live pointer from `cuda_arena_create`; `cu_stream` is a `CUstream` of the
-/// allocator's device (cuda backend) or any non-NULL token (host, virtual).
+/// `cu_stream` is a `CUstream` of the allocator's device (cuda backend) or any non-NULL token
+/// (host, virtual); NULL allocates as `cuda_arena_alloc`. A token is remembered (one logical
+/// stream, shared by every user of the allocator) until `cuda_arena_reset_stream`.
 #[no_mangle]
-pub unsafe extern "C" fn cuda_arena_alloc_on_stream(
+pub extern "C" fn cuda_arena_alloc_on_stream(
     a: *mut cuda_arena_allocator,
     size: usize,
     cu_stream: *mut c_void,
 ) -> *mut c_void {
     guard(std::ptr::null_mut(), || {
-        // SAFETY: forwarded from this function's contract.
-        let r = unsafe { handle(a) }.and_then(|h| {
+        let r = with(a, |h| {
             if cu_stream.is_null() {
                 return h.allocator.alloc(size as u64);
             }
-            let stream = h
-                .streams
-                .lock()
-                .entry(cu_stream as usize)
-                .or_insert_with(|| Stream::with_native(cu_stream as u64))
-                .clone();
-            h.allocator.alloc_on_stream(size as u64, &stream)
+            if !h.allocator.is_stream_aware() {
+                // Checked before the token is remembered.
+                return Err(invalid(format!(
+                    "the allocator for {} has no streams; use cuda_arena_alloc",
+                    h.allocator.info()
+                )));
+            }
+            if size == 0 {
+                return Ok(None);
+            }
+            let token = cu_stream.addr() as u64;
+            let (stream, made) = h.streams.get_or_make(token)?;
+            let r = h.allocator.alloc_on_stream(size as u64, &stream);
+            if r.is_err() && made {
+                // A failed call changes nothing: the token it made is not remembered.
+                drop(h.streams.forget_made(token, &stream));
+            }
+            r
         });
         addr_out(r)
     })
 }
 
-/// # Safety
-/// `a` is NULL or a live pointer from `cuda_arena_create`.
+/// The host is done with `cu_stream`'s work: the token is forgotten and, once no call in
+/// flight still uses it, its chunks are reset (ORT's `ResetChunksUsingStream`). Unknown and
+/// NULL tokens are a no-op.
 #[no_mangle]
-pub unsafe extern "C" fn cuda_arena_reserve(
+pub extern "C" fn cuda_arena_reset_stream(
     a: *mut cuda_arena_allocator,
-    size: usize,
-) -> *mut c_void {
+    cu_stream: *mut c_void,
+) -> c_int {
+    guard(CUDA_ARENA_ERR_PANIC, || {
+        code_out(with(a, |h| {
+            if !cu_stream.is_null() {
+                // Dropping the last clone of the stream resets its chunks in every allocator
+                // that tagged memory with it.
+                drop(h.streams.forget(cu_stream.addr() as u64));
+            }
+            Ok(())
+        }))
+    })
+}
+
+/// As `cuda_arena_alloc`.
+#[no_mangle]
+pub extern "C" fn cuda_arena_reserve(a: *mut cuda_arena_allocator, size: usize) -> *mut c_void {
     guard(std::ptr::null_mut(), || {
-        // SAFETY: forwarded from this function's contract.
-        let h = unsafe { handle(a) };
-        addr_out(h.and_then(|h| h.allocator.reserve(size as u64)))
+        addr_out(with(a, |h| h.allocator.reserve(size as u64)))
     })
 }
 
-/// # Safety
-/// `a` is NULL or a live pointer from `cuda_arena_create`.
+/// As `cuda_arena_alloc`; `p` is any value (one this allocator did not hand out is
+/// `CUDA_ARENA_ERR_UNKNOWN_POINTER`, NULL a no-op).
 #[no_mangle]
-pub unsafe extern "C" fn cuda_arena_free(a: *mut cuda_arena_allocator, p: *mut c_void) -> c_int {
+pub extern "C" fn cuda_arena_free(a: *mut cuda_arena_allocator, p: *mut c_void) -> c_int {
     guard(CUDA_ARENA_ERR_PANIC, || {
-        // SAFETY: forwarded from this function's contract.
-        let h = unsafe { handle(a) };
-        code_out(h.and_then(|h| h.allocator.free(p as usize as u64)))
+        code_out(with(a, |h| h.allocator.free(p.addr() as u64)))
     })
 }
 
-/// # Safety
-/// `a` is NULL or a live pointer from `cuda_arena_create`.
+/// As `cuda_arena_alloc`.
 #[no_mangle]
-pub unsafe extern "C" fn cuda_arena_shrink(a: *mut cuda_arena_allocator) -> c_int {
+pub extern "C" fn cuda_arena_shrink(a: *mut cuda_arena_allocator) -> c_int {
     guard(CUDA_ARENA_ERR_PANIC, || {
-        // SAFETY: forwarded from this function's contract.
-        let h = unsafe { handle(a) };
-        code_out(h.and_then(|h| h.allocator.shrink()))
+        code_out(with(a, |h| h.allocator.shrink()))
     })
 }
 
 /// # Safety
-/// `a` is NULL or a live pointer from `cuda_arena_create`; `out` is NULL or writable.
+/// `out` is NULL or writable for one `cuda_arena_stats`; `a` as in `cuda_arena_alloc`.
 #[no_mangle]
 pub unsafe extern "C" fn cuda_arena_get_stats(
     a: *const cuda_arena_allocator,
     out: *mut cuda_arena_stats,
 ) -> c_int {
     guard(CUDA_ARENA_ERR_PANIC, || {
-        // SAFETY: forwarded from this function's contract.
-        let r = unsafe { handle(a) }.and_then(|h| {
+        let r = with(a, |h| {
             if out.is_null() {
                 return Err(invalid("out is NULL"));
             }
@@ -320,18 +341,23 @@ pub unsafe extern "C" fn cuda_arena_get_stats(
     })
 }
 
-/// One user fewer; the last destroy returns all memory. NULL is ignored.
-///
-/// # Safety
-/// `a` is NULL or a pointer from `cuda_arena_create` not destroyed before.
+/// One user fewer; the last destroy returns all memory. NULL is ignored; a handle already
+/// destroyed sets the last error to `CUDA_ARENA_ERR_RELEASED` and changes nothing.
 #[no_mangle]
-pub unsafe extern "C" fn cuda_arena_destroy(a: *mut cuda_arena_allocator) {
+pub extern "C" fn cuda_arena_destroy(a: *mut cuda_arena_allocator) {
     guard((), || {
         if a.is_null() {
             return;
         }
-        // SAFETY: `a` came from `Box::into_raw` in `cuda_arena_create` and is destroyed once.
-        let h = unsafe { Box::from_raw(a) };
-        h.factory.release_allocator(&h.allocator);
+        match handles::remove(a.cast()) {
+            Ok(h) => {
+                // Outside the table's locks: the last release returns memory to the backend.
+                h.factory.release_allocator(&h.allocator);
+                clear_last();
+            }
+            Err(e) => {
+                fail(&e);
+            }
+        }
     })
 }

@@ -1,10 +1,11 @@
 //! The C ABI of `include/cuda_arena.h`. Every entry point catches panics and reports failure
 //! by return value plus a per-thread last error; pointers from C are checked for NULL, and
-//! allocator handles are only dereferenced as the boxes `cuda_arena_create` made.
+//! allocator handles are never dereferenced: they name slots of a table of live handles.
 #![allow(unsafe_code)]
 
 mod codes;
 mod handle;
+mod handles;
 mod version;
 
 pub use codes::*;

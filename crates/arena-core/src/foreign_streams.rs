@@ -9,7 +9,7 @@
 
 use crate::error::{ArenaError, Result};
 use crate::stream::Stream;
-use parking_lot::Mutex;
+use parking_lot::RwLock;
 use std::collections::BTreeMap;
 
 /// How many foreign stream handles one allocator remembers at once.
@@ -19,8 +19,9 @@ pub const MAX_FOREIGN_STREAMS: usize = 4096;
 #[derive(Debug, Default)]
 pub struct ForeignStreams {
     /// Handle value → its stream. A `BTreeMap` rather than a hash map: it is process-wide
-    /// state in the C library, and tools like valgrind see its nodes as reachable.
-    map: Mutex<BTreeMap<u64, Stream>>,
+    /// state in the C library, and tools like valgrind see its nodes as reachable. Read-locked
+    /// on the common path (a known handle), so threads on different streams do not queue.
+    map: RwLock<BTreeMap<u64, Stream>>,
 }
 
 impl ForeignStreams {
@@ -31,9 +32,19 @@ impl ForeignStreams {
 
     /// The stream for `handle` (non-zero), made on first use.
     pub fn get(&self, handle: u64) -> Result<Stream> {
-        let mut map = self.map.lock();
+        self.get_or_make(handle).map(|(s, _)| s)
+    }
+
+    /// As [`ForeignStreams::get`], and whether this call made the stream: a caller whose
+    /// operation then fails takes it back with [`ForeignStreams::forget_made`], so a failed
+    /// call uses up none of the bound.
+    pub fn get_or_make(&self, handle: u64) -> Result<(Stream, bool)> {
+        if let Some(s) = self.map.read().get(&handle) {
+            return Ok((s.clone(), false));
+        }
+        let mut map = self.map.write();
         if let Some(s) = map.get(&handle) {
-            return Ok(s.clone());
+            return Ok((s.clone(), false));
         }
         if map.len() >= MAX_FOREIGN_STREAMS {
             return Err(ArenaError::InvalidArgument {
@@ -45,18 +56,30 @@ impl ForeignStreams {
         }
         let s = Stream::with_native(handle);
         map.insert(handle, s.clone());
-        Ok(s)
+        Ok((s, true))
     }
 
     /// Forgets `handle`; returns the stream it named, if any. Once the caller drops it (and
     /// any clone in flight is dropped), its chunks are reset in every allocator that used it.
     pub fn forget(&self, handle: u64) -> Option<Stream> {
-        self.map.lock().remove(&handle)
+        self.map.write().remove(&handle)
+    }
+
+    /// Forgets `handle` only while it still names `made` (a stream [`get_or_make`] made for a
+    /// call that failed): a stream another thread has made for it since is kept.
+    ///
+    /// [`get_or_make`]: ForeignStreams::get_or_make
+    pub fn forget_made(&self, handle: u64, made: &Stream) -> Option<Stream> {
+        let mut map = self.map.write();
+        match map.get(&handle) {
+            Some(s) if s.id() == made.id() => map.remove(&handle),
+            _ => None,
+        }
     }
 
     /// How many handles are remembered.
     pub fn len(&self) -> usize {
-        self.map.lock().len()
+        self.map.read().len()
     }
 
     /// Whether no handle is remembered.
@@ -66,7 +89,7 @@ impl ForeignStreams {
 
     /// Forgets every handle.
     pub fn clear(&self) {
-        let streams = std::mem::take(&mut *self.map.lock());
+        let streams = std::mem::take(&mut *self.map.write());
         // Dropped outside the lock: a stream's release calls into allocators.
         drop(streams);
     }
@@ -99,5 +122,16 @@ mod tests {
         f.forget(1);
         assert!(f.get(u64::MAX).is_ok(), "forgetting makes room");
         assert_eq!(f.len(), MAX_FOREIGN_STREAMS);
+    }
+
+    #[test]
+    fn taking_back_a_made_stream_keeps_one_made_since() {
+        let f = ForeignStreams::new();
+        let (old, _) = f.get_or_make(9).expect("first use");
+        f.forget(9);
+        let (current, new) = f.get_or_make(9).expect("made again");
+        assert!(new);
+        assert!(f.forget_made(9, &old).is_none());
+        assert_eq!(f.get(9).expect("kept").id(), current.id());
     }
 }

@@ -377,3 +377,16 @@ fn factories_are_shared_process_wide_by_name() {
     let fresh = named_factory("shared-by-name", "host:1", make).expect("the old one is gone");
     assert_eq!(fresh.name(), "shared-by-name");
 }
+
+/// Issue 11, item 7: the host-owned stream handles of a shared allocator are one set for all
+/// its users, so a handle one user resets is reset for every user.
+#[test]
+fn the_users_of_a_shared_allocator_share_its_foreign_streams() {
+    let f = factory(SimKind::Virtual, 1);
+    let a = f.create_allocator(cuda(0), None).expect("a");
+    let b = f.create_allocator(cuda(0), None).expect("b");
+    let s = a.streams.get(0xabc).expect("stream");
+    assert_eq!(b.streams.get(0xabc).expect("same").id(), s.id());
+    assert!(b.streams.forget(0xabc).is_some());
+    assert!(a.streams.is_empty());
+}

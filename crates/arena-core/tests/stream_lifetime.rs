@@ -213,3 +213,38 @@ fn foreign_streams_are_bounded_and_the_bound_is_a_coded_error() {
         "ERR_ARENA_INVALID_ARGUMENT"
     );
 }
+
+/// Issue 11, item 7: a host that resets each stream handle when its work is done (the C ABI's
+/// `cuda_arena_reset_stream`) can go through any number of distinct handles; the handles
+/// remembered and the arena stay as they are after one.
+#[test]
+fn a_hundred_thousand_foreign_streams_with_resets_leave_nothing_behind() {
+    let a = virtual_arena(&[]);
+    let foreign = ForeignStreams::new();
+    for handle in 1..=100_000u64 {
+        let s = foreign.get(handle).expect("within the bound");
+        let p = a.alloc_on_stream(4096, &s).expect("alloc").expect("addr");
+        a.free(p).expect("free");
+        drop(s);
+        drop(foreign.forget(handle));
+    }
+    assert!(foreign.is_empty());
+    let log = a.memory_log();
+    let chunks: usize = log.regions.iter().map(|r| r.chunks.len()).sum();
+    assert_eq!(chunks, 1, "every handle's chunk merged back");
+    assert_eq!(log.stats.total_allocated, MIB, "the first region suffices");
+    a.check_invariants().expect("invariants");
+}
+
+/// Issue 11, item 7: a failed allocation on a new handle takes none of the bound.
+#[test]
+fn a_handle_made_for_a_failed_call_can_be_taken_back() {
+    let foreign = ForeignStreams::new();
+    for h in 1..MAX_FOREIGN_STREAMS as u64 {
+        foreign.get(h).expect("within the bound");
+    }
+    let (made, new) = foreign.get_or_make(u64::MAX).expect("the last place");
+    assert!(new);
+    assert!(foreign.forget_made(u64::MAX, &made).is_some());
+    assert!(foreign.get(u64::MAX - 1).is_ok(), "the place is free again");
+}

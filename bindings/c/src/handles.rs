@@ -1,0 +1,230 @@
+//! The live allocator handles, and the values C holds for them.
+//!
+//! A `cuda_arena_allocator*` is not an address: it packs a slot index and that slot's
+//! generation (`generation << INDEX_BITS | index`). Every call looks its slot up and checks
+//! the generation under the slot's read lock before it touches the handle, so a destroyed
+//! handle, destroyed twice or used after its destroy, is `ERR_ARENA_RELEASED` and never a
+//! read of freed memory. A slot's generation only grows, and a slot whose generation is
+//! spent is never used again, so no value is ever handed out twice in a process: a dead
+//! handle cannot come back to life as someone else's allocator.
+//!
+//! Slots live in segments that are allocated on demand and never freed or moved (each twice
+//! the size of the one before), so a slot can be read without a table-wide lock: the common
+//! path is one uncontended read lock on the caller's own slot. We write this rather than use
+//! a concurrent slab crate because those key their shards by thread and cap the number of
+//! threads (panicking past it), and what we need is this small.
+
+use cuda_arena_core::{Allocator, ArenaError, Factory, ForeignStreams};
+use parking_lot::{Mutex, RwLock};
+use std::ffi::c_void;
+use std::sync::{Arc, OnceLock};
+
+/// Handles alive at once: up to 2^20, far more than any host needs, while the largest
+/// segment stays at 2^20 slots.
+const INDEX_BITS: u32 = 20;
+/// The first segment holds 2^6 slots; segment k holds 2^(6+k).
+const FIRST_SEGMENT_BITS: u32 = 6;
+/// Enough segments for 2^INDEX_BITS slots: 64 · (2^15 − 1) ≥ 2^20.
+const SEGMENTS: usize = (INDEX_BITS - FIRST_SEGMENT_BITS + 1) as usize;
+/// The last generation a slot may carry; the bits above the index.
+const MAX_GENERATION: usize = usize::MAX >> INDEX_BITS;
+
+/// What a live handle holds: one user of a shared allocator.
+#[derive(Debug)]
+pub(crate) struct Handle {
+    pub(crate) factory: Arc<Factory>,
+    pub(crate) allocator: Arc<dyn Allocator>,
+    /// The host's stream tokens, shared by every user of the allocator.
+    pub(crate) streams: Arc<ForeignStreams>,
+}
+
+#[derive(Debug, Default)]
+struct SlotState {
+    /// The generation of the last handle placed here; 0 when the slot was never used.
+    generation: usize,
+    /// `Some` while that handle is alive.
+    handle: Option<Handle>,
+}
+
+/// Aligned to its own cache lines, so threads on different handles do not share the line
+/// their read locks write.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Slot(RwLock<SlotState>);
+
+struct Table {
+    segments: [OnceLock<Box<[Slot]>>; SEGMENTS],
+    /// Slots free for reuse, and the first index never used.
+    free: Mutex<(Vec<u32>, u32)>,
+}
+
+static TABLE: Table = Table {
+    segments: [const { OnceLock::new() }; SEGMENTS],
+    free: Mutex::new((Vec::new(), 0)),
+};
+
+/// Segment and offset of slot `index`.
+fn locate(index: usize) -> (usize, usize) {
+    let shifted = index + (1 << FIRST_SEGMENT_BITS);
+    let segment = (shifted.ilog2() - FIRST_SEGMENT_BITS) as usize;
+    (
+        segment,
+        shifted - (1 << (segment as u32 + FIRST_SEGMENT_BITS)),
+    )
+}
+
+/// The slot `index`, if its segment exists.
+fn slot(index: usize) -> Option<&'static Slot> {
+    let (segment, offset) = locate(index);
+    TABLE.segments.get(segment)?.get()?.get(offset)
+}
+
+/// The slot `index`, making its segment on first use; `None` when the system has no memory
+/// for it (reported, not an abort).
+fn slot_or_make(index: usize) -> Option<&'static Slot> {
+    let (segment, offset) = locate(index);
+    let cell = TABLE.segments.get(segment)?;
+    if cell.get().is_none() {
+        let n = 1usize << (segment as u32 + FIRST_SEGMENT_BITS);
+        let mut slots = Vec::new();
+        slots.try_reserve_exact(n).ok()?;
+        slots.resize_with(n, Slot::default);
+        // Another thread may have made it meanwhile; then ours goes.
+        let _ = cell.set(slots.into_boxed_slice());
+    }
+    cell.get()?.get(offset)
+}
+
+fn encode(index: usize, generation: usize) -> *mut c_void {
+    std::ptr::without_provenance_mut(generation << INDEX_BITS | index)
+}
+
+fn decode(a: *const c_void) -> (usize, usize) {
+    let v = a.addr();
+    (v & ((1 << INDEX_BITS) - 1), v >> INDEX_BITS)
+}
+
+fn not_a_handle() -> ArenaError {
+    ArenaError::InvalidArgument {
+        reason: "the allocator is not a handle from cuda_arena_create".into(),
+    }
+}
+
+fn released() -> ArenaError {
+    ArenaError::Released {
+        what: "the allocator handle (destroyed)".into(),
+    }
+}
+
+/// Why the handle `a` with `generation` is not live in a slot that holds `state`.
+fn dead(a: *const c_void, generation: usize, state: &SlotState) -> ArenaError {
+    if a.is_null() {
+        ArenaError::InvalidArgument {
+            reason: "the allocator is NULL".into(),
+        }
+    } else if generation != 0 && generation <= state.generation {
+        released()
+    } else {
+        not_a_handle()
+    }
+}
+
+/// Makes `handle` live; the value C will hold for it.
+pub(crate) fn insert(handle: Handle) -> Result<*mut c_void, (ArenaError, Handle)> {
+    let index = {
+        let mut free = TABLE.free.lock();
+        match free.0.pop() {
+            Some(i) => Some(i as usize),
+            None if (free.1 as usize) < 1 << INDEX_BITS => {
+                free.1 += 1;
+                Some(free.1 as usize - 1)
+            }
+            None => None,
+        }
+    };
+    let Some((index, slot)) = index.and_then(|i| match slot_or_make(i) {
+        Some(slot) => Some((i, slot)),
+        None => {
+            // No memory for its segment: the index stays free for a later try.
+            TABLE.free.lock().0.push(i as u32);
+            None
+        }
+    }) else {
+        let e = ArenaError::InvalidArgument {
+            reason: format!(
+                "no room for another allocator handle (at most {} alive at once, memory \
+                 permitting); destroy some first",
+                1usize << INDEX_BITS
+            ),
+        };
+        return Err((e, handle));
+    };
+    let mut state = slot.0.write();
+    // A slot is on the free list only while empty and with generations left.
+    state.generation += 1;
+    state.handle = Some(handle);
+    Ok(encode(index, state.generation))
+}
+
+/// Runs `f` on the live handle `a`, holding it alive (a concurrent destroy waits).
+pub(crate) fn with<T>(
+    a: *const c_void,
+    f: impl FnOnce(&Handle) -> Result<T, ArenaError>,
+) -> Result<T, ArenaError> {
+    let (index, generation) = decode(a);
+    let Some(slot) = slot(index) else {
+        return Err(dead(a, generation, &SlotState::default()));
+    };
+    let state = slot.0.read();
+    match &state.handle {
+        Some(h) if state.generation == generation => f(h),
+        _ => Err(dead(a, generation, &state)),
+    }
+}
+
+/// Takes the live handle `a` out of the table; the caller releases it. The value `a` stays
+/// dead for good.
+pub(crate) fn remove(a: *const c_void) -> Result<Handle, ArenaError> {
+    let (index, generation) = decode(a);
+    let Some(slot) = slot(index) else {
+        return Err(dead(a, generation, &SlotState::default()));
+    };
+    let mut state = slot.0.write();
+    let handle = match state.handle.take() {
+        Some(h) if state.generation == generation => h,
+        other => {
+            state.handle = other;
+            return Err(dead(a, generation, &state));
+        }
+    };
+    let reusable = state.generation < MAX_GENERATION;
+    drop(state);
+    if reusable {
+        // index < 2^INDEX_BITS, so it fits.
+        TABLE.free.lock().0.push(index as u32);
+    }
+    Ok(handle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_map_to_segments_that_double() {
+        assert_eq!(locate(0), (0, 0));
+        assert_eq!(locate(63), (0, 63));
+        assert_eq!(locate(64), (1, 0));
+        assert_eq!(locate(191), (1, 127));
+        assert_eq!(locate(192), (2, 0));
+        assert_eq!(locate((1 << INDEX_BITS) - 1).0, SEGMENTS - 1);
+    }
+
+    #[test]
+    fn a_value_that_was_never_a_handle_is_refused_without_a_lookup_past_the_table() {
+        for v in [1usize, 0x7ffd_1234_5678, usize::MAX, (1 << INDEX_BITS) - 1] {
+            let e = with(std::ptr::without_provenance(v), |_| Ok(())).expect_err("no handle");
+            assert_eq!(e.code(), "ERR_ARENA_INVALID_ARGUMENT", "{v:#x}");
+        }
+    }
+}

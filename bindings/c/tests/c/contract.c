@@ -1,0 +1,308 @@
+/* The C ABI's contract at its edges, one case per run: `contract BACKEND CASE`.
+ * Built and run by tests/c_program.rs (under valgrind there, so a leak, an invalid read or
+ * a write to memory the program does not own fails the test). Never touches the memory it
+ * allocates, so it runs on "virtual" too. Issue 11, items 7, 14 and 15. */
+#include "cuda_arena.h"
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+static int failures = 0;
+#define CHECK(cond)                                                                            \
+  do {                                                                                         \
+    if (!(cond)) {                                                                             \
+      char msg_[512];                                                                          \
+      cuda_arena_last_error(msg_, sizeof msg_);                                                \
+      fprintf(stderr, "FAILED %s:%d: %s (last error %d: %s)\n", __FILE__, __LINE__, #cond,   \
+              cuda_arena_last_error_code(), msg_);                                             \
+      failures++;                                                                              \
+    }                                                                                          \
+  } while (0)
+
+static const char* backend;
+
+static cuda_arena_allocator* make(const char* memory, const char* key, const char* value) {
+  char err[512] = "not written";
+  const char* keys[] = {key};
+  const char* values[] = {value};
+  cuda_arena_allocator* a = cuda_arena_create(backend, memory, 0, keys, values, key ? 1 : 0, err, sizeof err);
+  if (a == NULL) fprintf(stderr, "create failed: %s\n", err);
+  return a;
+}
+
+/* A stream token: any non-NULL value names a stream on host and virtual. */
+static void* token(uintptr_t i) { return (void*)(0x1000 + i * 16); }
+
+static uint64_t total_allocated(cuda_arena_allocator* a) {
+  cuda_arena_stats s;
+  memset(&s, 0xff, sizeof s);
+  CHECK(cuda_arena_get_stats(a, &s) == CUDA_ARENA_OK);
+  return s.total_allocated;
+}
+
+/* Item 14: a second create with other options joins the shared arena, which keeps its own
+ * options, and says so in err and through cuda_arena_last_warning. */
+static void second_create_with_other_options_warns(void) {
+  cuda_arena_allocator* first = make("Cuda", NULL, NULL);
+  CHECK(first != NULL);
+  char warning[512];
+  CHECK(cuda_arena_last_warning(warning, sizeof warning) == 0 && warning[0] == '\0');
+
+  const char* keys[] = {"arena.max_mem"};
+  const char* values[] = {"4096"};
+  char err[512] = "not written";
+  cuda_arena_allocator* second = cuda_arena_create(backend, "Cuda", 0, keys, values, 1, err, sizeof err);
+  CHECK(second != NULL);
+  CHECK(cuda_arena_last_error_code() == CUDA_ARENA_OK);
+  CHECK(strstr(err, "arena.max_mem") != NULL);
+  size_t len = cuda_arena_last_warning(warning, sizeof warning);
+  CHECK(len == strlen(err) && strcmp(warning, err) == 0);
+  /* The arena kept its options: unlimited, so 1 MiB fits where max_mem=4096 would not. */
+  cuda_arena_stats s;
+  CHECK(cuda_arena_get_stats(second, &s) == CUDA_ARENA_OK && s.limit == -1);
+  void* p = cuda_arena_alloc(second, 1 << 20);
+  CHECK(p != NULL);
+  CHECK(cuda_arena_free(first, p) == CUDA_ARENA_OK);
+
+  /* Same options: no warning, and err is an empty string. */
+  char err2[64] = "not written";
+  cuda_arena_allocator* third = cuda_arena_create(backend, "Cuda", 0, NULL, NULL, 0, err2, sizeof err2);
+  CHECK(third != NULL && err2[0] == '\0');
+  CHECK(cuda_arena_last_warning(NULL, 0) == 0);
+
+  /* A truncated warning is still NUL-terminated; the full length is returned. */
+  char small[8];
+  cuda_arena_allocator* fourth = make("Cuda", "arena.max_mem", "4096");
+  CHECK(fourth != NULL);
+  CHECK(cuda_arena_last_warning(small, sizeof small) == len && strlen(small) == sizeof small - 1);
+  cuda_arena_destroy(first);
+  cuda_arena_destroy(second);
+  cuda_arena_destroy(third);
+  cuda_arena_destroy(fourth);
+  /* The last user is gone: the next create makes a new arena with its own options. */
+  cuda_arena_allocator* again = make("Cuda", "arena.max_mem", "4096");
+  CHECK(again != NULL);
+  CHECK(cuda_arena_last_warning(NULL, 0) == 0);
+  CHECK(cuda_arena_get_stats(again, &s) == CUDA_ARENA_OK && s.limit == 4096);
+  cuda_arena_destroy(again);
+}
+
+/* Item 7: a chunk freed on a stream waits for that stream until the host resets it. */
+static void reset_stream_frees_a_streams_chunks_for_every_stream(void) {
+  cuda_arena_allocator* a = make("Cuda", "arena.extend_strategy", "1");
+  cuda_arena_allocator* b = make("Cuda", NULL, NULL); /* another user of the same arena */
+  CHECK(a != NULL && b != NULL);
+  void* p = cuda_arena_alloc_on_stream(a, 4096, token(1));
+  CHECK(p != NULL);
+  CHECK(cuda_arena_free(a, p) == CUDA_ARENA_OK);
+  CHECK(cuda_arena_alloc_on_stream(a, 4096, token(1)) == p); /* its own stream: at once */
+  CHECK(cuda_arena_free(a, p) == CUDA_ARENA_OK);
+  void* q = cuda_arena_alloc_on_stream(a, 4096, token(2));
+  CHECK(q != NULL && q != p); /* another stream: not before the reset */
+  CHECK(cuda_arena_free(a, q) == CUDA_ARENA_OK);
+  CHECK(cuda_arena_reset_stream(b, token(1)) == CUDA_ARENA_OK); /* any user may reset */
+  CHECK(cuda_arena_reset_stream(b, token(2)) == CUDA_ARENA_OK);
+  void* r = cuda_arena_alloc_on_stream(a, 4096, token(3));
+  CHECK(r == p || r == q);
+  CHECK(cuda_arena_free(a, r) == CUDA_ARENA_OK);
+  /* Unknown and NULL tokens: nothing to do. */
+  CHECK(cuda_arena_reset_stream(a, token(99)) == CUDA_ARENA_OK);
+  CHECK(cuda_arena_reset_stream(a, NULL) == CUDA_ARENA_OK);
+  /* A chunk still in use when its stream is reset loses the tag when freed. */
+  void* live = cuda_arena_alloc_on_stream(a, 4096, token(4));
+  CHECK(live != NULL);
+  CHECK(cuda_arena_reset_stream(a, token(4)) == CUDA_ARENA_OK);
+  CHECK(cuda_arena_free(a, live) == CUDA_ARENA_OK);
+  void* other = cuda_arena_alloc_on_stream(a, 4096, token(5));
+  CHECK(other == live);
+  CHECK(cuda_arena_free(a, other) == CUDA_ARENA_OK);
+  CHECK(cuda_arena_reset_stream(a, token(3)) == CUDA_ARENA_OK);
+  CHECK(cuda_arena_reset_stream(a, token(5)) == CUDA_ARENA_OK);
+  cuda_arena_destroy(b);
+  cuda_arena_destroy(a);
+}
+
+/* Item 7: at most CUDA_ARENA_MAX_STREAMS tokens are remembered; past that a new one is a
+ * coded error that says what to do, and resets make room. With resets, any number of
+ * distinct tokens over time leaves the allocator as small as one. */
+static void stream_tokens_are_bounded_and_resets_make_room(void) {
+  cuda_arena_allocator* a = make("Cuda", NULL, NULL);
+  CHECK(a != NULL);
+  for (uintptr_t i = 0; i < CUDA_ARENA_MAX_STREAMS - 1; i++) {
+    void* p = cuda_arena_alloc_on_stream(a, 256, token(i));
+    CHECK(p != NULL);
+    CHECK(cuda_arena_free(a, p) == CUDA_ARENA_OK);
+  }
+  /* A failed call with a new token leaves it unremembered. */
+  CHECK(cuda_arena_alloc_on_stream(a, SIZE_MAX, token(100000)) == NULL);
+  CHECK(cuda_arena_last_error_code() == CUDA_ARENA_ERR_OUT_OF_MEMORY);
+  void* last = cuda_arena_alloc_on_stream(a, 256, token(CUDA_ARENA_MAX_STREAMS - 1));
+  CHECK(last != NULL);
+  CHECK(cuda_arena_alloc_on_stream(a, 256, token(100001)) == NULL);
+  CHECK(cuda_arena_last_error_code() == CUDA_ARENA_ERR_INVALID_ARGUMENT);
+  char msg[512];
+  cuda_arena_last_error(msg, sizeof msg);
+  CHECK(strstr(msg, "cuda_arena_reset_stream") != NULL);
+  /* A known token still works; a reset makes room for one more. */
+  void* known = cuda_arena_alloc_on_stream(a, 256, token(0));
+  CHECK(known != NULL);
+  CHECK(cuda_arena_free(a, known) == CUDA_ARENA_OK);
+  CHECK(cuda_arena_reset_stream(a, token(0)) == CUDA_ARENA_OK);
+  void* fresh = cuda_arena_alloc_on_stream(a, 256, token(100001));
+  CHECK(fresh != NULL);
+  CHECK(cuda_arena_free(a, fresh) == CUDA_ARENA_OK);
+  CHECK(cuda_arena_free(a, last) == CUDA_ARENA_OK);
+  CHECK(cuda_arena_reset_stream(a, token(100001)) == CUDA_ARENA_OK);
+  for (uintptr_t i = 0; i < CUDA_ARENA_MAX_STREAMS; i++) CHECK(cuda_arena_reset_stream(a, token(i)) == CUDA_ARENA_OK);
+
+  /* Many more distinct tokens than the bound, each reset when done. */
+  uint64_t one = 0;
+  for (uintptr_t i = 0; i < 5 * CUDA_ARENA_MAX_STREAMS; i++) {
+    void* p = cuda_arena_alloc_on_stream(a, 4096, token(200000 + i));
+    CHECK(p != NULL);
+    CHECK(cuda_arena_free(a, p) == CUDA_ARENA_OK);
+    CHECK(cuda_arena_reset_stream(a, token(200000 + i)) == CUDA_ARENA_OK);
+    if (i == 0) one = total_allocated(a);
+  }
+  CHECK(total_allocated(a) == one);
+  /* Nothing of them is remembered: the whole bound is free for new tokens. */
+  for (uintptr_t i = 0; i < CUDA_ARENA_MAX_STREAMS; i++) CHECK(cuda_arena_alloc_on_stream(a, 256, token(300000 + i)) != NULL);
+  CHECK(cuda_arena_alloc_on_stream(a, 256, token(400000)) == NULL);
+  CHECK(cuda_arena_last_error_code() == CUDA_ARENA_ERR_INVALID_ARGUMENT);
+  cuda_arena_destroy(a); /* the last user: every chunk and every token goes */
+
+  /* Allocators without streams refuse a token, and do not count it. */
+  cuda_arena_allocator* cpu = make("Cpu", NULL, NULL);
+  CHECK(cpu != NULL);
+  CHECK(cuda_arena_alloc_on_stream(cpu, 256, token(1)) == NULL);
+  CHECK(cuda_arena_last_error_code() == CUDA_ARENA_ERR_INVALID_ARGUMENT);
+  void* plain = cuda_arena_alloc_on_stream(cpu, 256, NULL); /* NULL: a plain allocation */
+  CHECK(plain != NULL);
+  CHECK(cuda_arena_free(cpu, plain) == CUDA_ARENA_OK);
+  cuda_arena_destroy(cpu);
+}
+
+/* Item 14: a destroyed handle is dead: every call with it is CUDA_ARENA_ERR_RELEASED, a
+ * second destroy included, and other users of the arena are unaffected. */
+static void a_destroyed_handle_is_released_not_a_crash(void) {
+  cuda_arena_allocator* a = make("Cuda", NULL, NULL);
+  cuda_arena_allocator* b = make("Cuda", NULL, NULL);
+  CHECK(a != NULL && b != NULL && a != b);
+  void* p = cuda_arena_alloc(a, 1000);
+  CHECK(p != NULL);
+  cuda_arena_destroy(a);
+  CHECK(cuda_arena_last_error_code() == CUDA_ARENA_OK);
+  cuda_arena_destroy(a);
+  CHECK(cuda_arena_last_error_code() == CUDA_ARENA_ERR_RELEASED);
+  CHECK(cuda_arena_alloc(a, 16) == NULL && cuda_arena_last_error_code() == CUDA_ARENA_ERR_RELEASED);
+  CHECK(cuda_arena_alloc_on_stream(a, 16, token(1)) == NULL && cuda_arena_last_error_code() == CUDA_ARENA_ERR_RELEASED);
+  CHECK(cuda_arena_reserve(a, 16) == NULL && cuda_arena_last_error_code() == CUDA_ARENA_ERR_RELEASED);
+  CHECK(cuda_arena_free(a, p) == CUDA_ARENA_ERR_RELEASED);
+  CHECK(cuda_arena_shrink(a) == CUDA_ARENA_ERR_RELEASED);
+  CHECK(cuda_arena_reset_stream(a, token(1)) == CUDA_ARENA_ERR_RELEASED);
+  cuda_arena_stats s;
+  CHECK(cuda_arena_get_stats(a, &s) == CUDA_ARENA_ERR_RELEASED);
+  /* The other user still has the arena, and p in it. */
+  CHECK(cuda_arena_get_stats(b, &s) == CUDA_ARENA_OK && s.requested_in_use == 1000);
+  CHECK(cuda_arena_free(b, p) == CUDA_ARENA_OK);
+  /* New handles never take a dead one's value, so the dead one stays dead. */
+  for (int i = 0; i < 100; i++) {
+    cuda_arena_allocator* c = make("Cuda", NULL, NULL);
+    CHECK(c != NULL && c != a);
+    cuda_arena_destroy(c);
+    CHECK(cuda_arena_alloc(a, 16) == NULL && cuda_arena_last_error_code() == CUDA_ARENA_ERR_RELEASED);
+  }
+  cuda_arena_destroy(b);
+  cuda_arena_destroy(b);
+  CHECK(cuda_arena_last_error_code() == CUDA_ARENA_ERR_RELEASED);
+}
+
+/* Items 14 and 15: NULL anywhere is CUDA_ARENA_ERR_INVALID_ARGUMENT (or a documented no-op),
+ * never a crash or a write through it. */
+static void null_arguments_are_coded_errors(void) {
+  char err[256];
+  const char* keys[] = {"arena.max_mem", NULL};
+  const char* values[] = {"4096", NULL};
+  CHECK(cuda_arena_create(NULL, "Cuda", 0, NULL, NULL, 0, err, sizeof err) == NULL);
+  CHECK(cuda_arena_last_error_code() == CUDA_ARENA_ERR_INVALID_ARGUMENT && strstr(err, "backend") != NULL);
+  CHECK(cuda_arena_create(backend, NULL, 0, NULL, NULL, 0, err, sizeof err) == NULL);
+  CHECK(cuda_arena_last_error_code() == CUDA_ARENA_ERR_INVALID_ARGUMENT && strstr(err, "memory") != NULL);
+  CHECK(cuda_arena_create(backend, "Cuda", 0, NULL, values, 1, err, sizeof err) == NULL);
+  CHECK(cuda_arena_last_error_code() == CUDA_ARENA_ERR_INVALID_ARGUMENT);
+  CHECK(cuda_arena_create(backend, "Cuda", 0, keys, NULL, 1, err, sizeof err) == NULL);
+  CHECK(cuda_arena_last_error_code() == CUDA_ARENA_ERR_INVALID_ARGUMENT);
+  CHECK(cuda_arena_create(backend, "Cuda", 0, keys, values, 2, err, sizeof err) == NULL);
+  CHECK(cuda_arena_last_error_code() == CUDA_ARENA_ERR_INVALID_ARGUMENT);
+  CHECK(cuda_arena_create(backend, "Cuda", -1, NULL, NULL, 0, NULL, 100) == NULL);
+  CHECK(cuda_arena_last_error_code() == CUDA_ARENA_ERR_INVALID_ARGUMENT);
+  char untouched[4] = "abc";
+  CHECK(cuda_arena_create(backend, "Cuda", -1, NULL, NULL, 0, untouched, 0) == NULL);
+  CHECK(strcmp(untouched, "abc") == 0);
+  char one[1] = {'x'};
+  CHECK(cuda_arena_create(backend, "Cuda", -1, NULL, NULL, 0, one, sizeof one) == NULL && one[0] == '\0');
+
+  void* t = token(1);
+  cuda_arena_stats s;
+  CHECK(cuda_arena_alloc(NULL, 16) == NULL && cuda_arena_last_error_code() == CUDA_ARENA_ERR_INVALID_ARGUMENT);
+  CHECK(cuda_arena_alloc_on_stream(NULL, 16, t) == NULL && cuda_arena_last_error_code() == CUDA_ARENA_ERR_INVALID_ARGUMENT);
+  CHECK(cuda_arena_reserve(NULL, 16) == NULL && cuda_arena_last_error_code() == CUDA_ARENA_ERR_INVALID_ARGUMENT);
+  CHECK(cuda_arena_free(NULL, t) == CUDA_ARENA_ERR_INVALID_ARGUMENT);
+  CHECK(cuda_arena_shrink(NULL) == CUDA_ARENA_ERR_INVALID_ARGUMENT);
+  CHECK(cuda_arena_get_stats(NULL, &s) == CUDA_ARENA_ERR_INVALID_ARGUMENT);
+  CHECK(cuda_arena_reset_stream(NULL, t) == CUDA_ARENA_ERR_INVALID_ARGUMENT);
+  cuda_arena_destroy(NULL);
+  CHECK(cuda_arena_last_error(NULL, 0) > 0);
+  CHECK(cuda_arena_last_warning(NULL, 0) == 0);
+
+  cuda_arena_allocator* a = make("Cuda", NULL, NULL);
+  CHECK(a != NULL);
+  CHECK(cuda_arena_get_stats(a, NULL) == CUDA_ARENA_ERR_INVALID_ARGUMENT);
+  CHECK(cuda_arena_free(a, NULL) == CUDA_ARENA_OK);
+  cuda_arena_destroy(a);
+}
+
+/* Size 0 is NULL and no error; sizes that cannot be met fail before anything changes. */
+static void size_zero_and_size_max(void) {
+  cuda_arena_allocator* a = make("Cuda", NULL, NULL);
+  CHECK(a != NULL);
+  CHECK(cuda_arena_alloc(a, 0) == NULL && cuda_arena_last_error_code() == CUDA_ARENA_OK);
+  CHECK(cuda_arena_reserve(a, 0) == NULL && cuda_arena_last_error_code() == CUDA_ARENA_OK);
+  CHECK(cuda_arena_alloc_on_stream(a, 0, token(1)) == NULL && cuda_arena_last_error_code() == CUDA_ARENA_OK);
+  CHECK(cuda_arena_alloc(a, SIZE_MAX) == NULL && cuda_arena_last_error_code() == CUDA_ARENA_ERR_OUT_OF_MEMORY);
+  CHECK(cuda_arena_reserve(a, SIZE_MAX) == NULL && cuda_arena_last_error_code() == CUDA_ARENA_ERR_OUT_OF_MEMORY);
+  CHECK(cuda_arena_alloc_on_stream(a, SIZE_MAX, token(1)) == NULL && cuda_arena_last_error_code() == CUDA_ARENA_ERR_OUT_OF_MEMORY);
+  CHECK(cuda_arena_alloc(a, SIZE_MAX / 2) == NULL && cuda_arena_last_error_code() == CUDA_ARENA_ERR_OUT_OF_MEMORY);
+  cuda_arena_stats s;
+  CHECK(cuda_arena_get_stats(a, &s) == CUDA_ARENA_OK);
+  CHECK(s.in_use == 0 && s.num_allocs == 0 && s.num_reserves == 0 && s.total_allocated == 0);
+  cuda_arena_destroy(a);
+}
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    fprintf(stderr, "usage: contract host|virtual CASE\n");
+    return 2;
+  }
+  backend = argv[1];
+  const char* name = argv[2];
+  static const struct {
+    const char* name;
+    void (*run)(void);
+  } cases[] = {
+      {"second_create_with_other_options_warns", second_create_with_other_options_warns},
+      {"reset_stream_frees_a_streams_chunks_for_every_stream", reset_stream_frees_a_streams_chunks_for_every_stream},
+      {"stream_tokens_are_bounded_and_resets_make_room", stream_tokens_are_bounded_and_resets_make_room},
+      {"a_destroyed_handle_is_released_not_a_crash", a_destroyed_handle_is_released_not_a_crash},
+      {"null_arguments_are_coded_errors", null_arguments_are_coded_errors},
+      {"size_zero_and_size_max", size_zero_and_size_max},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    if (strcmp(cases[i].name, name) == 0) {
+      cases[i].run();
+      if (failures == 0) printf("contract %s on %s: all checks passed\n", name, backend);
+      return failures == 0 ? 0 : 1;
+    }
+  }
+  fprintf(stderr, "unknown case %s\n", name);
+  return 2;
+}
