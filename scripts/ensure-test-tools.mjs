@@ -24,6 +24,7 @@ const arm64 = process.env.CUDA_ARENA_EXPECT_ARM64 === '1' || existsSync(join(roo
 const missing = [
   ['chromium', !existsSync('/usr/bin/chromium'), 'the HTML test'],
   ['qemu-user', !has('qemu-aarch64'), 'the arm64 package tests'],
+  ['valgrind', !has('valgrind'), 'the C ABI tests under valgrind'],
   ['libc6-arm64-cross', arm64 && !existsSync(join(ARM64_SYSROOT, 'lib/ld-linux-aarch64.so.1')), 'the aarch64 Node'],
   ['libstdc++6-arm64-cross', arm64 && !existsSync(join(ARM64_SYSROOT, 'lib/libstdc++.so.6')), 'the aarch64 Node'],
 ].filter(([, absent]) => absent)
