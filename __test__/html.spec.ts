@@ -47,3 +47,37 @@ test("the --html page renders in a real browser without errors, one shape per re
     await browser.close()
   }
 })
+
+// Issue 11, item 16: the pool's run showed the arena's regions under the pool's label.
+test("a memory pool's section says it has no regions instead of drawing a map", async (t) => {
+  t.true(existsSync(CHROMIUM), `${CHROMIUM} is needed (Debian's chromium; .ci/run installs it)`)
+  const dir = mkdtempSync(join(tmpdir(), 'cuda-arena-html-'))
+  const page = join(dir, 'pool.html')
+  const r = spawnSync(
+    process.execPath,
+    [join(root, 'dist', 'cli.js'), 'replay', '--sample', 'small', '--backend', 'virtual', '--compare', 'arena.use_cuda_mempool=1', '--json', '--html', page],
+    { encoding: 'utf8' },
+  )
+  t.is(r.status, 0, r.stderr)
+  const json = JSON.parse(r.stdout) as { runs: { allocator: string; memoryLog: { regions: unknown[] } }[] }
+  t.deepEqual(
+    json.runs.map((run) => run.allocator),
+    ['arena', 'memory pool'],
+  )
+  const browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+  })
+  try {
+    const tab = await browser.newPage()
+    await tab.goto(pathToFileURL(page).href)
+    const sections = tab.locator('section')
+    t.is(await sections.count(), 2)
+    t.is(await sections.nth(0).locator('svg.map rect.region').count(), json.runs[0].memoryLog.regions.length)
+    t.is(await sections.nth(1).locator('svg.map').count(), 0)
+    t.regex((await sections.nth(1).locator('p.no-map').textContent()) ?? '', /memory pool has no regions/)
+    t.is(await tab.locator('svg.chart').count(), 2, 'both draw memory over the replay')
+  } finally {
+    await browser.close()
+  }
+})

@@ -3,18 +3,21 @@
  * `cuda-arena`: info, trace generation and trace replay. See `cuda-arena --help`.
  * The replay loop runs in Rust (through the binding); this file parses arguments and prints.
  */
-import { loaded } from './cli-guard'
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { loaded, oneLine } from './cli-guard'
+import { closeSync, existsSync, ftruncateSync, mkdtempSync, openSync, rmSync, writeSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { native } from './native'
-import { cLibrary, cudaAvailable, devices, ERR_NO_NATIVE_BINDING, isArenaError } from './index'
+import { cLibrary, cudaAvailable, describe, devices, ERR_NO_NATIVE_BINDING, isArenaError } from './index'
 import { renderReport } from './report-html'
-import { writeFileSync } from 'node:fs'
 
 loaded()
 
 const KINDS = ['inference', 'mixed', 'small', 'growing'] as const
+/** The most lines a trace file may have, and so the most operations gen-trace writes. */
+const MAX_TRACE_LINES = 100_000_000
+/** The most distinct stream numbers a replayed trace may use. */
+const MAX_STREAMS = 1024
 
 const HELP: Record<string, string> = {
   main: `cuda-arena: a GPU memory arena with ONNX Runtime's semantics
@@ -34,8 +37,10 @@ Prints the CUDA driver's devices (name, memory, PCI bus id, memory pools), or th
 CUDA driver is present.`,
   'gen-trace': `Usage: cuda-arena gen-trace --kind inference|mixed|small|growing [--ops N] [--seed S] [-o FILE]
 
-Writes a trace: {"op":"alloc","id":1,"size":4096,"stream":0} / {"op":"free","id":1}, one per
-line, to FILE (default: standard output). --ops defaults to 100000, --seed to 1.`,
+Writes a trace of exactly N operations: {"op":"alloc","id":1,"size":4096,"stream":0} /
+{"op":"free","id":1}, one per line, to FILE (default: standard output). --ops is 0 to
+${MAX_TRACE_LINES} (default 100000); --seed is 0 to 2^53-1 (default 1). Everything is freed
+by the end when N leaves room for it; an odd N ends with one allocation live.`,
   'c-flags': `Usage: cuda-arena c-flags [--json]
 
 Prints the flags that compile and link a C or C++ program against the C library in this
@@ -54,10 +59,27 @@ requested, peak bytes held, held/requested, arena extensions and shrinkages, the
   --compare LIST  another config: the --config options plus these (repeatable)
   --json          print the results as JSON
   --html FILE     also write a page drawing memory over the replay and the final regions
-  --lenient       skip malformed lines and count them instead of stopping`,
+  --lenient       skip malformed lines and count them instead of stopping
+
+A config with arena.use_cuda_mempool=1 replays through the memory pool (it has no regions:
+held is what the pool keeps from the device). Each "stream" number in the trace replays on a
+stream of its own (at most ${MAX_STREAMS} distinct). A line over 4096 bytes, or more than
+${MAX_TRACE_LINES} lines, stops the replay even with --lenient.`,
 }
 
 class UsageError extends Error {}
+
+/** `text` as a JSON string, cut to 40 characters: messages never quote unbounded input. */
+function quote(text: string): string {
+  return JSON.stringify(text.length > 40 ? `${text.slice(0, 40)}…` : text)
+}
+
+/** A whole decimal number 0 … `max` given as digits only (no sign, exponent or spaces). */
+function digits(flag: string, text: string, max: number): number {
+  const n = /^[0-9]{1,16}$/.test(text) ? Number(text) : NaN
+  if (!(n <= max)) throw new UsageError(`${flag} must be a whole number 0 to ${max} (digits only), got ${quote(text)}`)
+  return n
+}
 
 function hasCode(e: unknown, code: string): e is Error & { code: string } {
   return e instanceof Error && (e as { code?: unknown }).code === code
@@ -78,7 +100,7 @@ function parseArgs(args: string[], withValue: string[], bare: string[]): Parsed 
     } else if (bare.includes(a)) {
       out.flags.set(a, ['true'])
     } else if (a.startsWith('-')) {
-      throw new UsageError(`unknown option ${a}`)
+      throw new UsageError(`unknown option ${quote(a)}`)
     } else {
       out.positional.push(a)
     }
@@ -96,7 +118,7 @@ function pairs(list: string[], what: string): Record<string, string> {
   const out: Record<string, string> = {}
   for (const item of list) {
     const eq = item.indexOf('=')
-    if (eq <= 0) throw new UsageError(`${what} must be key=value, got ${JSON.stringify(item)}`)
+    if (eq <= 0) throw new UsageError(`${what} must be key=value, got ${quote(item)}`)
     out[item.slice(0, eq).trim()] = item.slice(eq + 1).trim()
   }
   return out
@@ -132,25 +154,57 @@ function genTrace(args: string[]): number {
   const p = parseArgs(args, ['--kind', '--ops', '--seed', '-o'], [])
   const kind = one(p, '--kind')
   if (!kind || !(KINDS as readonly string[]).includes(kind)) throw new UsageError(`--kind must be one of ${KINDS.join(', ')}`)
-  const ops = Number(one(p, '--ops') ?? 100000)
-  const seed = Number(one(p, '--seed') ?? 1)
-  if (!Number.isInteger(ops) || ops < 1 || ops > 100_000_000) throw new UsageError('--ops must be an integer from 1 to 100000000')
-  if (!Number.isInteger(seed) || seed < 0) throw new UsageError('--seed must be a non-negative integer')
-  const out = one(p, '-o')
-  if (out) {
-    native.writeTraceFile(out, kind, ops, seed)
-    return 0
-  }
-  const dir = mkdtempSync(join(tmpdir(), 'cuda-arena-'))
-  try {
-    const file = join(dir, 'trace.jsonl')
-    native.writeTraceFile(file, kind, ops, seed)
-    process.stdout.write(readFileSync(file))
-  } finally {
-    rmSync(dir, { recursive: true, force: true })
-  }
+  const ops = digits('--ops', one(p, '--ops') ?? '100000', MAX_TRACE_LINES)
+  const seed = digits('--seed', one(p, '--seed') ?? '1', Number.MAX_SAFE_INTEGER)
+  if (p.positional.length > 0) throw new UsageError(`unexpected argument ${quote(p.positional[0])}`)
+  // Written by the native layer, streamed: to the file, or to standard output (nothing else
+  // is printed), where a reader that stops early (| head) ends the output quietly.
+  native.writeTraceFile(one(p, '-o') ?? null, kind, ops, seed)
   return 0
 }
+
+/**
+ * The `--html` output, opened before the replay so an unwritable path fails at once. It is
+ * opened for appending (an existing file is not emptied until the page is ready), and a
+ * file this run created is removed again if the replay fails.
+ */
+class HtmlOut {
+  private readonly fd: number
+  private readonly created: boolean
+  private done = false
+
+  constructor(readonly path: string) {
+    this.created = !existsSync(path)
+    try {
+      this.fd = openSync(path, 'a')
+    } catch (e) {
+      throw new Error(`cannot write --html ${path}: ${(e as Error).message}`)
+    }
+  }
+
+  write(page: string): void {
+    try {
+      ftruncateSync(this.fd, 0)
+      writeSync(this.fd, page)
+      this.done = true
+    } catch (e) {
+      throw new Error(`cannot write --html ${this.path}: ${(e as Error).message}`)
+    }
+  }
+
+  close(): void {
+    closeSync(this.fd)
+    if (!this.done && this.created) rmSync(this.path, { force: true })
+  }
+}
+
+/** CUDA_ARENA_MAX_TRACE_LINES lowers the line limit (tests use it); the default is the most. */
+function maxLines(): number {
+  const v = process.env.CUDA_ARENA_MAX_TRACE_LINES
+  return v === undefined ? MAX_TRACE_LINES : digits('CUDA_ARENA_MAX_TRACE_LINES', v, MAX_TRACE_LINES)
+}
+
+const plural = (n: number, one: string, many: string): string => `${n} ${n === 1 ? one : many}`
 
 function replay(args: string[]): number {
   const p = parseArgs(args, ['--sample', '--backend', '--config', '--compare', '--html'], ['--json', '--lenient'])
@@ -163,6 +217,9 @@ function replay(args: string[]): number {
   const base = pairs(p.flags.get('--config') ?? [], '--config')
   const configs = [base, ...(p.flags.get('--compare') ?? []).map((c) => ({ ...base, ...pairs(c.split(','), '--compare') }))]
   const labels = ['base' + (Object.keys(base).length ? ` (${Object.entries(base).map(([k, v]) => `${k}=${v}`).join(', ')})` : ''), ...(p.flags.get('--compare') ?? [])]
+  const limit = maxLines()
+  const htmlPath = one(p, '--html')
+  const html = htmlPath === undefined ? undefined : new HtmlOut(htmlPath)
   const dir = sample === undefined ? undefined : mkdtempSync(join(tmpdir(), 'cuda-arena-'))
   try {
     const file = dir ? join(dir, `${sample}.jsonl`) : p.positional[0]
@@ -170,24 +227,32 @@ function replay(args: string[]): number {
     // A progress bar for replays over a second, on a terminal only. The delay can be set (for
     // tests) with CUDA_ARENA_PROGRESS_AFTER_MS.
     const after = process.stderr.isTTY === true ? Number(process.env.CUDA_ARENA_PROGRESS_AFTER_MS ?? 1000) : 0
-    const result = native.replayTraceFile(file, backend, configs, one(p, '--lenient') !== undefined, 200, after)
-    const html = one(p, '--html')
+    const result = native.replayTraceFile(file, backend, configs, one(p, '--lenient') !== undefined, 200, after, limit)
+    for (const r of result.runs) for (const w of r.warnings) console.error(`cuda-arena replay: warning: ${oneLine(w)}`)
+    const what = sample ? `sample ${sample}` : file
     if (html) {
-      const runs = result.runs.map((r, i) => ({ label: labels[i], ops: r.ops, peakRequested: r.peakRequested, peakHeld: r.peakHeld, samples: r.samples, memoryLog: r.memoryLog }))
-      writeFileSync(html, renderReport(`cuda-arena replay of ${sample ? `sample ${sample}` : file} on ${backend}`, runs))
+      const runs = result.runs.map((r, i) => ({ label: labels[i], allocator: r.allocator, ops: r.ops, peakRequested: r.peakRequested, peakHeld: r.peakHeld, samples: r.samples, memoryLog: r.memoryLog }))
+      html.write(renderReport(`cuda-arena replay of ${what} on ${backend}`, runs))
     }
     if (one(p, '--json')) {
-      const json = { trace: sample ? `sample:${sample}` : file, backend, linesSkipped: result.linesSkipped, runs: result.runs.map((r, i) => ({ label: labels[i], ...r })) }
+      const json = { trace: sample ? `sample:${sample}` : file, backend, linesSkipped: result.linesSkipped, linesSkippedCount: result.linesSkippedCount, runs: result.runs.map((r, i) => ({ label: labels[i], ...r })) }
       console.log(JSON.stringify(json, (_, v: unknown) => (typeof v === 'bigint' ? Number(v) : v), 2))
       return 0
     }
-    console.log(`trace ${sample ? `sample ${sample}` : file}: ${result.runs[0]?.ops ?? 0} ops on ${backend}${result.linesSkipped.length ? `, ${result.linesSkipped.length} lines skipped` : ''}`)
+    const first = result.runs[0]
+    const notes = [
+      result.linesSkippedCount ? `${plural(result.linesSkippedCount, 'line', 'lines')} skipped` : '',
+      first?.liveAtEnd ? `${plural(first.liveAtEnd, 'allocation', 'allocations')} live at the end (freed after the replay)` : '',
+    ].filter(Boolean)
+    console.log(`trace ${what}: ${first?.ops ?? 0} ops on ${backend}${notes.map((n) => `, ${n}`).join('')}`)
+    // A memory pool has no regions: "extensions" does not apply to it.
+    const isPool = (r: (typeof result.runs)[number]): boolean => r.allocator === 'memory pool'
     const rows = result.runs.map((r, i) => [
       labels[i],
       mib(r.peakRequested),
       mib(r.peakHeld),
       (r.peakHeld / Math.max(1, r.peakRequested)).toFixed(3),
-      String(r.stats.numArenaExtensions),
+      isPool(r) ? 'n/a' : String(r.stats.numArenaExtensions),
       String(r.stats.numArenaShrinkages),
       mib(Number(r.stats.totalAllocated)),
       mib(Number(r.stats.maxInUse)),
@@ -199,8 +264,13 @@ function replay(args: string[]): number {
     const line = (cells: string[]): string => cells.map((s, c) => (c === 0 ? s.padEnd(widths[c]) : s.padStart(widths[c]))).join('  ')
     console.log(line(head))
     for (const r of rows) console.log(line(r))
+    const pools = result.runs.flatMap((r, i) => (isPool(r) ? [labels[i]] : []))
+    if (pools.length) {
+      console.log(`memory pool (${pools.join('; ')}): no regions or chunks; held is what the pool keeps from the device (live blocks and its cache)`)
+    }
     return 0
   } finally {
+    html?.close()
     if (dir) rmSync(dir, { recursive: true, force: true })
   }
 }
@@ -213,9 +283,9 @@ export function run(args: string[]): number {
     console.log(HELP.main)
     return cmd ? 0 : 1
   }
-  const f = commands[cmd]
+  const f = Object.prototype.hasOwnProperty.call(commands, cmd) ? commands[cmd] : undefined
   if (!f) {
-    console.error(`cuda-arena: unknown command ${JSON.stringify(cmd)}\n\n${HELP.main}`)
+    console.error(oneLine(`cuda-arena: unknown command ${quote(cmd)} (see cuda-arena --help)`))
     return 1
   }
   if (rest.includes('--help') || rest.includes('-h')) {
@@ -225,9 +295,12 @@ export function run(args: string[]): number {
   try {
     return f(rest)
   } catch (e) {
-    if (e instanceof UsageError) console.error(`cuda-arena ${cmd}: ${e.message}\n\n${HELP[cmd]}`)
-    else if (isArenaError(e) || hasCode(e, ERR_NO_NATIVE_BINDING)) console.error(`cuda-arena ${cmd}: ${e.code}: ${e.message}`)
-    else throw e
+    // One line for every error, the user's and the unexpected alike (a stack trace with
+    // CUDA_ARENA_DEBUG=1).
+    if (e instanceof UsageError) console.error(oneLine(`cuda-arena ${cmd}: ${e.message} (see cuda-arena ${cmd} --help)`))
+    else if (isArenaError(e) || hasCode(e, ERR_NO_NATIVE_BINDING)) console.error(oneLine(`cuda-arena ${cmd}: ${e.code}: ${e.message}`))
+    else console.error(oneLine(`cuda-arena ${cmd}: ${e instanceof Error ? e.message : describe(e)}`))
+    if (process.env.CUDA_ARENA_DEBUG === '1') console.error(e)
     return 1
   }
 }

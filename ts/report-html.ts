@@ -7,6 +7,8 @@
 /** What the page needs of one config's replay (a subset of `replay --json`). */
 export interface ReportRun {
   label: string
+  /** What the config selected: `arena` (the default) or `memory pool`. */
+  allocator?: string
   ops: number
   peakRequested: number
   peakHeld: number
@@ -43,6 +45,9 @@ function chart(run: ReportRun): string {
 }
 
 function regionMap(run: ReportRun): string {
+  if (run.allocator === 'memory pool') {
+    return '<p class="no-map">A memory pool has no regions or chunks: it holds each block from the device as it was asked for, and keeps freed blocks for reuse. Held, above, is what it keeps (live blocks and its cache).</p>'
+  }
   const regions = run.memoryLog.regions
   const w = 900
   const rowH = 18
@@ -73,9 +78,9 @@ export function renderReport(title: string, runs: ReportRun[]): string {
   const sections = runs
     .map(
       (r) => `<section><h2>${esc(r.label)}</h2>
-<p>${r.ops.toLocaleString('en')} operations · peak requested ${esc(mib(r.peakRequested))} · peak held ${esc(mib(r.peakHeld))} · held/requested ${(r.peakHeld / Math.max(1, r.peakRequested)).toFixed(3)}</p>
+<p>${esc(r.allocator ?? 'arena')} · ${r.ops.toLocaleString('en')} operations · peak requested ${esc(mib(r.peakRequested))} · peak held ${esc(mib(r.peakHeld))} · held/requested ${(r.peakHeld / Math.max(1, r.peakRequested)).toFixed(3)}</p>
 ${chart(r)}
-<h3>Regions and chunks at the end</h3>
+<h3>${r.allocator === 'memory pool' ? 'At the end' : 'Regions and chunks at the end'}</h3>
 ${regionMap(r)}</section>`,
     )
     .join('\n')

@@ -1,17 +1,49 @@
 //! Trace generation and replay in Rust, for benchmarks and the `cuda-arena` command: the
-//! loop runs natively, so the binding's per-call cost is not in its figures.
+//! loop runs natively, so the binding's per-call cost is not in its figures. Counts, sizes
+//! and ids come in as JS numbers (`f64`) and are checked here, so none is wrapped or
+//! truncated on the way in (napi's `u32` conversion takes 2^32+3 as 3 and -1 as 2^32-1),
+//! and nothing is allocated in proportion to a value before it is checked.
 
 use crate::allocator::NativeAllocator;
 use crate::error::{invalid, js, Result};
-use cuda_arena_core::trace::{mixed_trace, replay, TraceOp};
-use cuda_arena_core::Stream;
+use cuda_arena_core::factory::{selected_allocator, Selected};
+use cuda_arena_core::trace::{
+    mixed_trace, named_trace, replay_observed, ReplayReport, TraceOp, TraceStreams,
+    MAX_TRACE_STREAMS,
+};
+use cuda_arena_core::trace_format::{parse_trace_reader, write_trace, MAX_TRACE_LINES};
+use cuda_arena_core::{ArenaConfig, Backend, MemoryKind, SharedKind, SimBackend, SimKind};
+use napi::bindgen_prelude::BigUint64Array;
 use napi_derive::napi;
+use std::io::Write;
+use std::sync::Arc;
 
-/// One trace operation: `op` is `alloc` or `free`.
+/// The most operations of a trace generated for JS or replayed from a JS array: a generated
+/// op takes about 150 bytes of JS heap (`mixedTrace(1e6)` measured 144 MB), so ten million
+/// fit in Node's default heap with room to spare.
+pub const MAX_JS_TRACE_OPS: u32 = 10_000_000;
+
+/// 2^53 − 1: JS numbers are exact integers up to here.
+const MAX_SAFE: f64 = 9_007_199_254_740_991.0;
+
+/// `v` as a whole number in `min ..= max` (`max` at most 2^53 − 1), else an invalid argument
+/// naming `name`.
+fn whole(name: &str, v: f64, min: f64, max: f64) -> Result<u64> {
+    if v.is_finite() && v.fract() == 0.0 && v >= min && v <= max {
+        Ok(v as u64)
+    } else {
+        Err(invalid(format!(
+            "{name} must be an integer {min} … {max}, got {v}"
+        )))
+    }
+}
+
+/// One generated trace operation: `op` is `alloc` or `free`.
 #[napi(object)]
 pub struct JsTraceOp {
     pub op: String,
-    pub id: u32,
+    /// Exact: generated ids stay below 2^53.
+    pub id: f64,
     /// Bytes (alloc only); sizes up to 2^53 are exact.
     pub size: Option<f64>,
     /// Trace stream number, 0 for none (alloc only).
@@ -25,43 +57,52 @@ pub struct JsReplayReport {
     pub peak_requested: f64,
     pub peak_held: f64,
     pub failed_allocs: f64,
+    /// Allocations the trace left live (freed after the replay).
+    pub live_at_end: f64,
     pub elapsed_ns: f64,
 }
 
-/// The benchmark trace shape: sizes log-uniform in `[minSize, maxSize]`, random lifetimes,
-/// at most `maxLive` live, everything freed at the end.
+impl From<ReplayReport> for JsReplayReport {
+    fn from(r: ReplayReport) -> Self {
+        JsReplayReport {
+            ops: r.ops as f64,
+            peak_requested: r.peak_requested as f64,
+            peak_held: r.peak_held as f64,
+            failed_allocs: r.failed_allocs as f64,
+            live_at_end: r.live_at_end as f64,
+            elapsed_ns: r.elapsed_ns as f64,
+        }
+    }
+}
+
+/// The benchmark trace shape: exactly `ops` operations (at most [`MAX_JS_TRACE_OPS`]), sizes
+/// log-uniform in `[minSize, maxSize]`, random lifetimes, at most `maxLive` live.
 #[napi(catch_unwind)]
 pub fn mixed_trace_ops(
-    ops: u32,
+    ops: f64,
     min_size: f64,
     max_size: f64,
-    max_live: u32,
+    max_live: f64,
     seed: f64,
 ) -> Result<Vec<JsTraceOp>> {
-    if !(min_size >= 1.0 && max_size >= min_size && max_size <= 9.0e15) {
-        return Err(invalid(
-            "sizes must satisfy 1 <= minSize <= maxSize <= 2^53",
-        ));
-    }
-    let trace = mixed_trace(
-        ops as usize,
-        min_size as u64,
-        max_size as u64,
-        max_live as usize,
-        seed as u64,
-    );
+    let ops = whole("ops", ops, 0.0, f64::from(MAX_JS_TRACE_OPS))?;
+    let min_size = whole("options.minSize", min_size, 1.0, MAX_SAFE)?;
+    let max_size = whole("options.maxSize", max_size, min_size as f64, MAX_SAFE)?;
+    let max_live = whole("options.maxLive", max_live, 1.0, f64::from(u32::MAX))?;
+    let seed = whole("options.seed", seed, 0.0, MAX_SAFE)?;
+    let trace = mixed_trace(ops as usize, min_size, max_size, max_live as usize, seed);
     Ok(trace
         .into_iter()
         .map(|op| match op {
             TraceOp::Alloc { id, size, stream } => JsTraceOp {
                 op: "alloc".into(),
-                id: id as u32,
+                id: id as f64,
                 size: Some(size as f64),
                 stream: Some(stream),
             },
             TraceOp::Free { id } => JsTraceOp {
                 op: "free".into(),
-                id: id as u32,
+                id: id as f64,
                 size: None,
                 stream: None,
             },
@@ -69,66 +110,83 @@ pub fn mixed_trace_ops(
         .collect())
 }
 
-fn to_ops(trace: &[JsTraceOp]) -> Result<Vec<TraceOp>> {
+/// A trace from JS, four `u64`s per operation: `[op (0 alloc, 1 free), id, size, stream]`.
+fn to_ops(trace: &[u64]) -> Result<Vec<TraceOp>> {
+    if !trace.len().is_multiple_of(4) {
+        return Err(invalid(format!(
+            "a packed trace has four numbers per op, got {}",
+            trace.len()
+        )));
+    }
+    let count = trace.len() / 4;
+    if count > MAX_JS_TRACE_OPS as usize {
+        return Err(invalid(format!(
+            "trace must have at most {MAX_JS_TRACE_OPS} ops, got {count}"
+        )));
+    }
     trace
-        .iter()
+        .chunks_exact(4)
         .enumerate()
-        .map(|(i, t)| match t.op.as_str() {
-            "alloc" => {
-                let size = t
-                    .size
-                    .ok_or_else(|| invalid(format!("trace op {i}: alloc without a size")))?;
-                if !(size >= 0.0 && size.fract() == 0.0 && size <= 9.007_199_254_740_992e15) {
-                    return Err(invalid(format!(
-                        "trace op {i}: size {size} is not a whole number of bytes"
-                    )));
-                }
-                Ok(TraceOp::Alloc {
-                    id: u64::from(t.id),
-                    size: size as u64,
-                    stream: t.stream.unwrap_or(0),
-                })
-            }
-            "free" => Ok(TraceOp::Free {
-                id: u64::from(t.id),
+        .map(|(i, op)| match op {
+            &[0, id, size, stream] => Ok(TraceOp::Alloc {
+                id,
+                size,
+                stream: u32::try_from(stream).map_err(|_| {
+                    invalid(format!(
+                        "trace[{i}].stream must be an integer 0 … {}, got {stream}",
+                        u32::MAX
+                    ))
+                })?,
             }),
-            other => Err(invalid(format!("trace op {i}: unknown op {other:?}"))),
+            &[1, id, _, _] => Ok(TraceOp::Free { id }),
+            other => Err(invalid(format!(
+                "trace[{i}].op must be 0 (alloc) or 1 (free), got {}",
+                other.first().copied().unwrap_or_default()
+            ))),
         })
         .collect()
 }
 
-/// Replays `trace` through the allocator natively; `streams` trace streams are created.
+/// Replays `trace` (packed: see `to_ops`) through the allocator natively; trace stream
+/// `k` (1 … `streams`) allocates on the k-th of `streams` new streams.
 #[napi(catch_unwind)]
 pub fn replay_trace(
     allocator: &NativeAllocator,
-    trace: Vec<JsTraceOp>,
-    streams: u32,
+    trace: BigUint64Array,
+    streams: f64,
     track_peaks: bool,
 ) -> Result<JsReplayReport> {
+    let count = whole("options.streams", streams, 0.0, MAX_TRACE_STREAMS as f64)?;
     let ops = to_ops(&trace)?;
-    let streams: Vec<Stream> = (0..streams).map(|_| Stream::new()).collect();
-    let r = replay(&*allocator.shared()?, &ops, &streams, track_peaks).map_err(js)?;
-    Ok(JsReplayReport {
-        ops: r.ops as f64,
-        peak_requested: r.peak_requested as f64,
-        peak_held: r.peak_held as f64,
-        failed_allocs: r.failed_allocs as f64,
-        elapsed_ns: r.elapsed_ns as f64,
-    })
+    let streams: Vec<cuda_arena_core::Stream> =
+        (0..count).map(|_| cuda_arena_core::Stream::new()).collect();
+    let a = allocator.shared()?;
+    replay_observed(
+        &*a,
+        &ops,
+        &TraceStreams::numbered(&streams),
+        track_peaks,
+        0,
+        &mut |_| {},
+    )
+    .map(|(r, _)| r.into())
+    .map_err(js)
 }
 
 /// `iterations` alloc+free pairs of `size` bytes in a native loop; nanoseconds per pair.
 /// The Rust-only baseline of the JS benchmark.
 #[napi(catch_unwind)]
-pub fn native_pair_ns(allocator: &NativeAllocator, size: f64, iterations: u32) -> Result<f64> {
+pub fn native_pair_ns(allocator: &NativeAllocator, size: f64, iterations: f64) -> Result<f64> {
+    let size = whole("size", size, 0.0, MAX_SAFE)?;
+    let iterations = whole("iterations", iterations, 0.0, f64::from(u32::MAX))?;
     let a = allocator.shared()?;
     let start = std::time::Instant::now();
     for _ in 0..iterations {
-        if let Some(p) = a.alloc(size as u64).map_err(js)? {
+        if let Some(p) = a.alloc(size).map_err(js)? {
             a.free(p).map_err(js)?;
         }
     }
-    Ok(start.elapsed().as_nanos() as f64 / f64::from(iterations.max(1)))
+    Ok(start.elapsed().as_nanos() as f64 / iterations.max(1) as f64)
 }
 
 /// One config's replay of a trace file, for `cuda-arena replay`.
@@ -136,29 +194,62 @@ pub fn native_pair_ns(allocator: &NativeAllocator, size: f64, iterations: u32) -
 pub struct JsFileReplay {
     /// The config as full `arena.*` pairs, `[key, value]`.
     pub config: Vec<Vec<String>>,
+    /// What the config selected: `arena` or `memory pool`.
+    pub allocator: String,
+    /// Warnings from selecting it (the pool falling back to the arena).
+    pub warnings: Vec<String>,
     pub ops: f64,
     pub peak_requested: f64,
     pub peak_held: f64,
     pub failed_allocs: f64,
+    /// Allocations the trace left live (freed after the replay).
+    pub live_at_end: f64,
     pub elapsed_ns: f64,
     pub stats: crate::convert::JsStats,
     /// `[op, held, inUse, requested]` every so many ops.
     pub samples: Vec<Vec<f64>>,
-    /// Regions and chunks after the replay.
+    /// Regions and chunks after the replay (none for a memory pool).
     pub memory_log: crate::convert::JsMemoryLog,
 }
 
 /// A trace file replayed under one or more configs.
 #[napi(object)]
 pub struct JsFileReplays {
+    /// The first skipped lines' errors (`--lenient`), as `file:line N: why`.
     pub lines_skipped: Vec<String>,
+    /// How many lines were skipped in all.
+    pub lines_skipped_count: f64,
     pub parse_ns: f64,
     pub runs: Vec<JsFileReplay>,
 }
 
-/// Reads and parses the trace at `path` (JSON lines), then replays it through a fresh
-/// allocator per config on `backend` (`virtual` or `cuda`), reading the stats `samples` times,
-/// and drawing a progress bar on stderr for replays longer than `progress_after_ms` (0: never).
+/// `arena` or `memory pool`: what the command calls the allocator a config selected.
+fn allocator_name(kind: SharedKind) -> &'static str {
+    match kind {
+        SharedKind::Mempool => "memory pool",
+        _ => "arena",
+    }
+}
+
+fn backend_for(name: &str) -> Result<Arc<dyn Backend>> {
+    Ok(match name {
+        "virtual" => Arc::new(SimBackend::new(SimKind::Virtual, &[])),
+        "cuda" => Arc::new(cuda_sys_bridge::CudaBackend::new().map_err(js)?),
+        other => {
+            return Err(invalid(format!(
+                "backend must be 'cuda' or 'virtual', got {:?}",
+                other.chars().take(40).collect::<String>()
+            )))
+        }
+    })
+}
+
+/// Reads and parses the trace at `path` (JSON lines, streamed: a line over 4 KiB or more than
+/// `max_lines` lines stop it), then replays it through a fresh allocator per config on
+/// `backend` (`virtual` or `cuda`): the one the config selects, the arena or the memory
+/// pool. Each distinct trace stream number gets its own stream. Reads the stats `samples`
+/// times and draws a progress bar on stderr for replays longer than `progress_after_ms`
+/// (0: never). The backend and every config are checked before the file is read.
 #[napi(catch_unwind)]
 pub fn replay_trace_file(
     path: String,
@@ -167,64 +258,100 @@ pub fn replay_trace_file(
     lenient: bool,
     samples: u32,
     progress_after_ms: u32,
+    max_lines: f64,
 ) -> Result<JsFileReplays> {
-    use cuda_arena_core::trace::{replay_observed, replay_sampled};
-    use cuda_arena_core::trace_format::parse_trace;
-    use cuda_arena_core::{
-        Allocator, Arena, ArenaConfig, Backend, MemoryKind, SimBackend, SimKind,
-    };
+    let max_lines = whole("maxLines", max_lines, 0.0, MAX_TRACE_LINES as f64)? as usize;
+    backend_for(&backend)?;
+    let configs = configs
+        .into_iter()
+        .map(|pairs| {
+            let mut sorted: Vec<_> = pairs.into_iter().collect();
+            sorted.sort();
+            let config = ArenaConfig::from_pairs(sorted).map_err(js)?;
+            config.validate().map_err(js)?;
+            Ok(config)
+        })
+        .collect::<Result<Vec<_>>>()?;
     let started = std::time::Instant::now();
-    let text =
-        std::fs::read_to_string(&path).map_err(|e| invalid(format!("cannot read {path}: {e}")))?;
-    let parsed = parse_trace(&text, lenient).map_err(|e| invalid(format!("{path}:{e}")))?;
+    let cannot_read = |e: &dyn std::fmt::Display| invalid(format!("cannot read {path}: {e}"));
+    let file = std::fs::File::open(&path).map_err(|e| cannot_read(&e))?;
+    if file.metadata().is_ok_and(|m| m.is_dir()) {
+        return Err(cannot_read(&"it is a directory"));
+    }
+    // A bar for reading a big file; a pipe has no size, and no bar.
+    let size = file
+        .metadata()
+        .ok()
+        .filter(|m| m.is_file())
+        .map_or(0, |m| m.len());
+    let mut bar = Progress::new(
+        if size > 0 { progress_after_ms } else { 0 },
+        "reading".into(),
+        size,
+    );
+    let reader = std::io::BufReader::with_capacity(
+        1 << 16,
+        Counted {
+            inner: file,
+            read: 0,
+            bar: &mut bar,
+        },
+    );
+    let parsed = parse_trace_reader(reader, lenient, max_lines);
+    bar.finish();
+    let parsed = parsed.map_err(|e| invalid(format!("{path}:{e}")))?;
     let parse_ns = started.elapsed().as_nanos() as f64;
     let mut runs = Vec::new();
     let total = configs.len();
-    for pairs in configs {
-        let mut sorted: Vec<_> = pairs.into_iter().collect();
-        sorted.sort();
-        let config = ArenaConfig::from_pairs(sorted).map_err(js)?;
-        let backend_impl: std::sync::Arc<dyn Backend> = match backend.as_str() {
-            "virtual" => std::sync::Arc::new(SimBackend::new(SimKind::Virtual, &[])),
-            "cuda" => std::sync::Arc::new(cuda_sys_bridge::CudaBackend::new().map_err(js)?),
-            other => {
-                return Err(invalid(format!(
-                    "backend must be 'cuda' or 'virtual', got {other:?}"
-                )))
-            }
-        };
+    for config in configs {
+        let backend_impl = backend_for(&backend)?;
+        let select = || selected_allocator(&*backend_impl, MemoryKind::Cuda, 0, &config);
         let every = (parsed.ops.len() / samples.max(1) as usize).max(1);
         // A pass that reads the stats after every allocation finds the exact peak held; the
-        // timed pass, on a fresh arena, reads them only for the samples.
+        // timed pass, on a fresh allocator, reads them only for the samples.
         let peak = {
-            let raw = backend_impl.raw(MemoryKind::Cuda, 0).map_err(js)?;
-            let arena = Arena::new(raw, config.clone()).map_err(js)?;
-            replay_sampled(&arena, &parsed.ops, &[], true, 0)
-                .map_err(js)?
-                .0
+            let Selected { allocator, .. } = select().map_err(js)?;
+            let streams = TraceStreams::for_trace(&parsed.ops).map_err(js)?;
+            let label = format!("config {}/{} (peaks)", runs.len() + 1, total);
+            let mut bar = Progress::new(progress_after_ms, label, parsed.ops.len() as u64);
+            let replayed =
+                replay_observed(&*allocator, &parsed.ops, &streams, true, every, &mut |x| {
+                    bar.update(x.op)
+                });
+            bar.finish();
+            replayed.map_err(js)?.0
         };
-        let raw = backend_impl.raw(MemoryKind::Cuda, 0).map_err(js)?;
-        let arena = Arena::new(raw, config.clone()).map_err(js)?;
+        let Selected {
+            allocator,
+            kind,
+            warnings,
+        } = select().map_err(js)?;
+        let streams = TraceStreams::for_trace(&parsed.ops).map_err(js)?;
         let label = format!("config {}/{}", runs.len() + 1, total);
         let mut bar = Progress::new(progress_after_ms, label, parsed.ops.len() as u64);
-        let (mut r, s) = replay_observed(&arena, &parsed.ops, &[], false, every, &mut |x| {
-            bar.update(x.op)
-        })
-        .map_err(js)?;
+        let replayed =
+            replay_observed(&*allocator, &parsed.ops, &streams, false, every, &mut |x| {
+                bar.update(x.op)
+            });
         bar.finish();
+        let (mut r, s) = replayed.map_err(js)?;
         r.peak_held = peak.peak_held;
+        let r = JsReplayReport::from(r);
         runs.push(JsFileReplay {
             config: config
                 .to_pairs()
                 .into_iter()
                 .map(|(k, v)| vec![k.to_string(), v])
                 .collect(),
-            ops: r.ops as f64,
-            peak_requested: r.peak_requested as f64,
-            peak_held: r.peak_held as f64,
-            failed_allocs: r.failed_allocs as f64,
-            elapsed_ns: r.elapsed_ns as f64,
-            stats: arena.stats().into(),
+            allocator: allocator_name(kind).to_string(),
+            warnings,
+            ops: r.ops,
+            peak_requested: r.peak_requested,
+            peak_held: r.peak_held,
+            failed_allocs: r.failed_allocs,
+            live_at_end: r.live_at_end,
+            elapsed_ns: r.elapsed_ns,
+            stats: allocator.stats().into(),
             samples: s
                 .iter()
                 .map(|x| {
@@ -236,7 +363,7 @@ pub fn replay_trace_file(
                     ]
                 })
                 .collect(),
-            memory_log: arena.memory_log().into(),
+            memory_log: allocator.memory_log().into(),
         });
     }
     Ok(JsFileReplays {
@@ -245,6 +372,7 @@ pub fn replay_trace_file(
             .iter()
             .map(|e| format!("{path}:{e}"))
             .collect(),
+        lines_skipped_count: parsed.skipped_lines as f64,
         parse_ns,
         runs,
     })
@@ -277,7 +405,8 @@ impl Progress {
             Some(after) if self.started.elapsed() >= after => {}
             _ => return,
         }
-        use std::io::Write;
+        // A file that grows while it is read must not overfill the bar.
+        let done = done.min(self.total);
         let filled = (30 * done / self.total) as usize;
         let _ = write!(
             std::io::stderr(),
@@ -292,22 +421,84 @@ impl Progress {
 
     fn finish(&mut self) {
         if self.drawn {
-            use std::io::Write;
             let _ = writeln!(std::io::stderr());
         }
     }
 }
 
-/// Writes a generated trace of `kind` (`inference`, `mixed`, `small`, `growing`) to `path`.
+/// A reader that moves a progress bar by the bytes read through it.
+struct Counted<'a, R> {
+    inner: R,
+    read: u64,
+    bar: &'a mut Progress,
+}
+
+impl<R: std::io::Read> std::io::Read for Counted<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read += n as u64;
+        self.bar.update(self.read);
+        Ok(n)
+    }
+}
+
+/// A writer that waits out `WouldBlock`: Node makes a pipe it has opened for
+/// `process.stdout` non-blocking, and a slow reader must slow the writer, not fail it.
+struct Patient<W: Write>(W);
+
+impl<W: Write> Write for Patient<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        loop {
+            match self.0.write(buf) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(std::time::Duration::from_millis(1))
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        loop {
+            match self.0.flush() {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(std::time::Duration::from_millis(1))
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+/// Writes a generated trace of `kind` (`inference`, `mixed`, `small`, `growing`), exactly
+/// `ops` operations (at most the replay's line limit), to `path`, or to standard output when
+/// `path` is absent. A reader that closes standard output early (`| head`) ends the output
+/// without an error.
 #[napi(catch_unwind)]
-pub fn write_trace_file(path: String, kind: String, ops: u32, seed: f64) -> Result<f64> {
-    let trace =
-        cuda_arena_core::trace::named_trace(&kind, ops as usize, seed as u64).ok_or_else(|| {
-            invalid(format!(
-                "trace kind must be inference, mixed, small or growing, got {kind:?}"
-            ))
-        })?;
-    std::fs::write(&path, cuda_arena_core::trace_format::format_trace(&trace))
-        .map_err(|e| invalid(format!("cannot write {path}: {e}")))?;
-    Ok(trace.len() as f64)
+pub fn write_trace_file(path: Option<String>, kind: String, ops: f64, seed: f64) -> Result<f64> {
+    let ops = whole("ops", ops, 0.0, MAX_TRACE_LINES as f64)? as usize;
+    let seed = whole("seed", seed, 0.0, MAX_SAFE)?;
+    if named_trace(&kind, 0, seed).is_none() {
+        return Err(invalid(format!(
+            "trace kind must be inference, mixed, small or growing, got {:?}",
+            kind.chars().take(40).collect::<String>()
+        )));
+    }
+    let cannot_write = |to: &str, e: std::io::Error| invalid(format!("cannot write {to}: {e}"));
+    // The file is opened before the trace is generated, so a bad path fails at once.
+    let out: Box<dyn Write> = match &path {
+        Some(p) => Box::new(std::fs::File::create(p).map_err(|e| cannot_write(p, e))?),
+        None => Box::new(Patient(std::io::stdout().lock())),
+    };
+    let trace = named_trace(&kind, ops, seed).unwrap_or_default();
+    match write_trace(&trace, std::io::BufWriter::with_capacity(1 << 16, out)) {
+        Ok(()) => Ok(trace.len() as f64),
+        Err(e) if path.is_none() && e.kind() == std::io::ErrorKind::BrokenPipe => {
+            Ok(trace.len() as f64)
+        }
+        Err(e) => Err(cannot_write(
+            path.as_deref().unwrap_or("standard output"),
+            e,
+        )),
+    }
 }

@@ -3,14 +3,22 @@
 use cuda_arena_core::trace::{named_trace, replay};
 use cuda_arena_core::{Arena, ArenaConfig, VirtualAllocator};
 
-fn main() {
+fn main() -> Result<(), String> {
     let mut args = std::env::args().skip(1);
     let kind = args.next().unwrap_or_else(|| "mixed".into());
-    let ops: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(200_000);
-    let trace = named_trace(&kind, ops, 7).expect("inference, mixed, small or growing");
+    let ops: usize = match args.next() {
+        None => 200_000,
+        Some(a) => a
+            .parse()
+            .map_err(|_| format!("ops must be a whole number, got {a:?}"))?,
+    };
+    let trace = named_trace(&kind, ops, 7)
+        .ok_or_else(|| format!("kind must be inference, mixed, small or growing, got {kind:?}"))?;
     for _ in 0..3 {
-        let arena = Arena::new(VirtualAllocator::default(), ArenaConfig::default()).expect("arena");
-        let r = replay(&arena, &trace, &[], false).expect("replay");
+        let arena = Arena::new(VirtualAllocator::default(), ArenaConfig::default())
+            .map_err(|e| e.to_string())?;
+        let r = replay(&arena, &trace, &[], false).map_err(|e| e.to_string())?;
         println!("{kind}: {:.1} ns/op over {} ops", r.ns_per_op(), r.ops);
     }
+    Ok(())
 }

@@ -164,19 +164,7 @@ impl Factory {
         device: u32,
         config: &ArenaConfig,
     ) -> Result<Arc<dyn Allocator>> {
-        let raw = |k| self.backend.raw(k, device);
-        Ok(match kind {
-            SharedKind::DeviceArena => {
-                Arc::new(Arena::new(raw(MemoryKind::Cuda)?, config.clone())?)
-            }
-            SharedKind::PinnedArena => Arc::new(
-                Arena::new(raw(MemoryKind::CudaPinned)?, config.clone())?.without_streams(),
-            ),
-            SharedKind::CpuArena => {
-                Arc::new(Arena::new(raw(MemoryKind::Cpu)?, config.clone())?.without_streams())
-            }
-            SharedKind::Mempool => self.backend.mempool(device, config)?,
-        })
+        make_allocator(&*self.backend, kind, device, config)
     }
 
     /// The shared allocator for `info` (created on first use with `options`, or the
@@ -221,12 +209,7 @@ impl Factory {
             self.entries.lock().detached.push(shared);
             return Ok(created);
         }
-        let mut kind = match info.kind {
-            MemoryKind::Cuda if config.use_cuda_mempool => SharedKind::Mempool,
-            MemoryKind::Cuda => SharedKind::DeviceArena,
-            MemoryKind::CudaPinned => SharedKind::PinnedArena,
-            MemoryKind::Cpu => SharedKind::CpuArena,
-        };
+        let mut kind = SharedKind::selected(info.kind, &config);
         let device = info.device_id;
         let mut guard = self.entries.lock();
         let entries = &mut *guard;
@@ -251,12 +234,8 @@ impl Factory {
             return Ok(shared.created(Some(kind), warnings));
         }
         let allocator = match self.make(kind, device, &config) {
-            Err(ArenaError::InvalidArgument { reason })
-                if kind == SharedKind::Mempool && reason.contains("not supported") =>
-            {
-                warnings.push(format!(
-                    "the CUDA memory pool is not supported for {info} ({reason}); using the arena"
-                ));
+            Err(e) if pool_unsupported(kind, &e) => {
+                warnings.push(pool_fallback_warning(&info, &e));
                 kind = SharedKind::DeviceArena;
                 if let Some(shared) = entries.current.get_mut(&(kind, device)) {
                     shared.users += 1;
@@ -332,11 +311,104 @@ impl Factory {
 }
 
 fn kind_name(kind: SharedKind) -> &'static str {
-    match kind {
-        SharedKind::DeviceArena => "device arena",
-        SharedKind::PinnedArena => "pinned arena",
-        SharedKind::Mempool => "memory pool",
-        SharedKind::CpuArena => "cpu arena",
+    kind.name()
+}
+
+impl SharedKind {
+    /// Which shared allocator serves `memory` under `config`: for device memory the memory
+    /// pool when `arena.use_cuda_mempool=1`, else the arena; the pinned and CPU arenas
+    /// otherwise.
+    pub fn selected(memory: MemoryKind, config: &ArenaConfig) -> SharedKind {
+        match memory {
+            MemoryKind::Cuda if config.use_cuda_mempool => SharedKind::Mempool,
+            MemoryKind::Cuda => SharedKind::DeviceArena,
+            MemoryKind::CudaPinned => SharedKind::PinnedArena,
+            MemoryKind::Cpu => SharedKind::CpuArena,
+        }
+    }
+
+    /// `"device arena"`, `"pinned arena"`, `"memory pool"` or `"cpu arena"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SharedKind::DeviceArena => "device arena",
+            SharedKind::PinnedArena => "pinned arena",
+            SharedKind::Mempool => "memory pool",
+            SharedKind::CpuArena => "cpu arena",
+        }
+    }
+}
+
+/// A new allocator of `kind` for `device` of `backend`, with `config`: what a factory caches
+/// as that shared allocator.
+pub fn make_allocator(
+    backend: &dyn Backend,
+    kind: SharedKind,
+    device: u32,
+    config: &ArenaConfig,
+) -> Result<Arc<dyn Allocator>> {
+    let raw = |k| backend.raw(k, device);
+    Ok(match kind {
+        SharedKind::DeviceArena => Arc::new(Arena::new(raw(MemoryKind::Cuda)?, config.clone())?),
+        SharedKind::PinnedArena => {
+            Arc::new(Arena::new(raw(MemoryKind::CudaPinned)?, config.clone())?.without_streams())
+        }
+        SharedKind::CpuArena => {
+            Arc::new(Arena::new(raw(MemoryKind::Cpu)?, config.clone())?.without_streams())
+        }
+        SharedKind::Mempool => backend.mempool(device, config)?,
+    })
+}
+
+/// Whether making `kind` failed because the device has no memory pools (the backend's
+/// "not supported"): the factory then falls back to the arena.
+fn pool_unsupported(kind: SharedKind, e: &ArenaError) -> bool {
+    matches!(e, ArenaError::InvalidArgument { reason }
+        if kind == SharedKind::Mempool && reason.contains("not supported"))
+}
+
+fn pool_fallback_warning(info: &MemoryInfo, e: &ArenaError) -> String {
+    let reason = match e {
+        ArenaError::InvalidArgument { reason } => reason.as_str(),
+        _ => "",
+    };
+    format!("the CUDA memory pool is not supported for {info} ({reason}); using the arena")
+}
+
+/// The allocator [`selected_allocator`] made.
+#[derive(Debug)]
+pub struct Selected {
+    /// The allocator, new and not shared.
+    pub allocator: Arc<dyn Allocator>,
+    /// Which allocator it is.
+    pub kind: SharedKind,
+    /// Warnings for the caller (the fallback from the pool to the arena).
+    pub warnings: Vec<String>,
+}
+
+/// The allocator `config` selects for `memory` of `device` on `backend`, new and unshared:
+/// what [`Factory::create_allocator`] would create (the arena, or the memory pool with
+/// `arena.use_cuda_mempool=1`, falling back to the arena with a warning where the device has
+/// no pools), without the factory's sharing. For comparing configs side by side.
+pub fn selected_allocator(
+    backend: &dyn Backend,
+    memory: MemoryKind,
+    device: u32,
+    config: &ArenaConfig,
+) -> Result<Selected> {
+    config.validate()?;
+    let info = MemoryInfo::new(memory, device);
+    let kind = SharedKind::selected(memory, config);
+    match make_allocator(backend, kind, device, config) {
+        Err(e) if pool_unsupported(kind, &e) => Ok(Selected {
+            allocator: make_allocator(backend, SharedKind::DeviceArena, device, config)?,
+            kind: SharedKind::DeviceArena,
+            warnings: vec![pool_fallback_warning(&info, &e)],
+        }),
+        other => Ok(Selected {
+            allocator: other?,
+            kind,
+            warnings: Vec::new(),
+        }),
     }
 }
 
