@@ -1,7 +1,7 @@
 /** `OrtAllocator` over the native allocator handle: argument checks and conversions only. */
 import type { Native } from './native'
 import type { AllocatorStats, MemoryInfo, MemoryLog, OrtAllocator, Size, Stream } from './types'
-import { invalidArgument } from './errors'
+import { arenaError, ERR_ARENA_RELEASED, invalidArgument } from './errors'
 import { bytes, int, MAX_U64 } from './args'
 import { liveStream, nativeStream, streamImpl } from './stream-impl'
 import { fast, scratchF64, scratchU32, scratchU64 } from './fast'
@@ -91,6 +91,8 @@ export class AllocatorImpl implements OrtAllocator {
     }
   }
   withStream(stream: Stream): OrtAllocator {
+    // A view of a released allocator would be a use of it: refuse it here, like every method.
+    if (this.native.isReleased()) throw arenaError(ERR_ARENA_RELEASED, 'the allocator was used after it was released')
     liveStream(stream)
     if (!this.allocOnStream) throw invalidArgument('stream', stream, 'cannot be used: this allocator is not stream-aware')
     const allocOnStream = this.allocOnStream

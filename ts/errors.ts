@@ -47,9 +47,14 @@ export function arenaError(code: ArenaErrorCode, message: string, options?: { ca
   return err as ArenaError
 }
 
-/** Whether `e` is an error from cuda-arena (it has one of the codes). */
+/** Whether `e` is an error from cuda-arena (it has one of the codes). Never throws. */
 export function isArenaError(e: unknown): e is ArenaError {
-  return e instanceof Error && (ERROR_CODES as readonly string[]).includes((e as { code?: unknown }).code as string)
+  try {
+    return e instanceof Error && (ERROR_CODES as readonly string[]).includes((e as { code?: unknown }).code as string)
+  } catch {
+    // A proxy whose traps throw (which a caller's getter may throw at us) is no error of ours.
+    return false
+  }
 }
 
 /** An invalid argument, naming it and the value. */

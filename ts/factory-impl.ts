@@ -25,7 +25,9 @@ function oneOf(name: string, v: unknown, allowed: readonly string[]): string {
 /** One simulated device's limits, own properties only. */
 function deviceLimits(i: number, d: unknown): Native.JsDeviceLimits {
   const limits = ownEntries(`devices[${i}]`, obj(`devices[${i}]`, d), ['totalMemory', 'maxAllocation'])
-  const out: Native.JsDeviceLimits = {}
+  // No prototype: the native side reads each field by name, and would find one set on
+  // Object.prototype when this object has none of its own.
+  const out = Object.create(null) as Native.JsDeviceLimits
   for (const [k, v] of limits) {
     if (v === undefined) continue
     if (typeof v !== 'bigint' || v < 0n || v > MAX_U64) throw invalidArgument(`devices[${i}].${k}`, v, 'must be a bigint 0 … 2^64−1')

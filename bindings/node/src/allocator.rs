@@ -5,7 +5,7 @@ use crate::convert::{addr_arg, int_arg, size_arg, size_num, JsMemoryLog, JsStats
 use crate::error::{js, Result};
 use crate::handles::{self, AllocatorEntry, Origin};
 use crate::stream::NativeStream;
-use cuda_arena_core::{Allocator, Factory};
+use cuda_arena_core::{Allocator, ArenaError, Factory};
 use napi::bindgen_prelude::Uint8Array;
 use napi_derive::napi;
 use std::sync::Arc;
@@ -187,8 +187,19 @@ impl NativeAllocator {
     pub fn fill(&self, addr: U64Arg, byte: f64, len: U64Arg) -> Result<()> {
         let byte = int_arg("byte", byte, 0, 255)? as u8;
         let addr = addr_arg(addr)?;
-        let len = size_arg("length", len)?;
-        self.with(|a| a.fill(addr, byte, len).map_err(js))
+        // A length of 2^64 or more is a range past the end of any allocation, not a size that
+        // could not be allocated.
+        let len = match len {
+            U64Arg::TooLarge => None,
+            other => Some(size_arg("length", other)?),
+        };
+        self.with(|a| match len {
+            Some(len) => a.fill(addr, byte, len).map_err(js),
+            None => Err(js(ArenaError::UnknownPointer {
+                addr,
+                reason: "a length of 2^64 bytes or more is not inside one live allocation".into(),
+            })),
+        })
     }
 
     /// This handle's number (what the fast path is given).
