@@ -13,6 +13,9 @@ mod error;
 pub mod factory;
 pub mod foreign_streams;
 pub mod free_list;
+/// Fuzz target bodies, shared by `fuzz/` and the replay test; not a supported API.
+#[doc(hidden)]
+pub mod fuzzing;
 mod live_blocks;
 mod lock;
 mod memory_info;
