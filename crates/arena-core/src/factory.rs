@@ -293,6 +293,28 @@ impl Factory {
         }
     }
 
+    /// Counts one more user of `allocator`, which a user of this factory holds (an ONNX Runtime
+    /// view of it is its own user); returns the users it now has. Each call is matched by one
+    /// [`Factory::release_allocator`]. One no user holds any more is `ERR_ARENA_RELEASED`.
+    pub fn retain_allocator(&self, allocator: &Arc<dyn Allocator>) -> Result<u32> {
+        let mut guard = self.entries.lock();
+        let entries = &mut *guard;
+        let is_it = |s: &&mut Shared| addr_of(&s.allocator) == addr_of(allocator);
+        let shared = entries
+            .current
+            .values_mut()
+            .find(is_it)
+            .or_else(|| entries.detached.iter_mut().find(is_it))
+            .ok_or_else(|| ArenaError::Released {
+                what: format!("the allocator for {} (no user holds it)", allocator.info()),
+            })?;
+        shared.users = shared
+            .users
+            .checked_add(1)
+            .ok_or_else(|| ArenaError::invalid_argument("too many users of one allocator"))?;
+        Ok(shared.users)
+    }
+
     /// Users of the shared allocator of `kind` on `device` (0 if none exists).
     pub fn users(&self, kind: SharedKind, device: u32) -> u32 {
         self.entries

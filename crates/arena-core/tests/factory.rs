@@ -390,3 +390,19 @@ fn the_users_of_a_shared_allocator_share_its_foreign_streams() {
     assert!(b.streams.forget(0xabc).is_some());
     assert!(a.streams.is_empty());
 }
+
+#[test]
+fn a_retained_allocator_needs_one_more_release_and_a_retired_one_cannot_be_retained() {
+    // Issue 12: an ONNX Runtime view of a C handle is its own user of the allocator.
+    let f = factory(SimKind::Virtual, 1);
+    let a = f
+        .create_allocator(cuda(0), None)
+        .expect("created")
+        .allocator;
+    assert_eq!(f.retain_allocator(&a).expect("held"), 2);
+    assert_eq!(f.release_allocator(&a), Released::Counted(1));
+    assert_eq!(f.release_allocator(&a), Released::Destroyed);
+    let e = f.retain_allocator(&a).expect_err("no user holds it");
+    assert_eq!(e.code(), "ERR_ARENA_RELEASED");
+    assert_eq!(f.live_allocators(), 0);
+}
