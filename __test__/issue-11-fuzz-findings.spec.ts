@@ -73,3 +73,16 @@ test.serial('device limits inherited from Object.prototype do not reach a factor
   const a = f.createAllocator({ name: 'Cuda' })
   t.truthy(a.alloc(453), 'no 1-byte allocation limit')
 })
+
+// Found by worker seed 24002 (virtual): the same with a device count.
+test.serial('device limits inherited from Object.prototype do not reach devices given as a count', (t) => {
+  const proto = Object.prototype as Record<string, unknown>
+  let f: AllocatorFactory
+  try {
+    proto.maxAllocation = 1n
+    f = new AllocatorFactory({ name: `count-polluted-${process.pid}`, backend: 'virtual', devices: 2 })
+  } finally {
+    delete proto.maxAllocation
+  }
+  t.truthy(f.createAllocator({ name: 'Cuda', deviceId: 1 }).alloc(453), 'no 1-byte allocation limit')
+})

@@ -57,7 +57,7 @@ export class AllocatorFactory {
     fn('logger', logger)
     let limits: Native.JsDeviceLimits[]
     if (typeof devices === 'number') {
-      limits = Array.from({ length: int('devices', devices, 1, MAX_DEVICES) }, () => ({}))
+      limits = Array.from({ length: int('devices', devices, 1, MAX_DEVICES) }, () => Object.create(null) as Native.JsDeviceLimits)
     } else {
       const list = array('devices', devices, MAX_DEVICES)
       if (list.length === 0) throw invalidArgument('devices', devices, 'must be a count or a non-empty array of device limits')

@@ -238,6 +238,9 @@ export function allocOutlook(arena: ArenaM, size: bigint, reserve: boolean, outs
     if (size > cap) return 'fail'
     return headroom !== null && size <= headroom ? 'ok' : 'either'
   }
+  // A shared allocator may be another thread's, made with another config: only the device's
+  // limits are known.
+  if (arena.shared) return size > cap || (!reserve && ceil256(size) > MAX_U64) ? 'fail' : 'either'
   const maxMem = arena.maxMem
   const held = arena.last?.totalAllocated ?? 0n
   if (reserve) {

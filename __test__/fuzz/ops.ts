@@ -235,6 +235,7 @@ function touch(a: ArenaM, r: Result): void {
 
 /** The live allocation of `a` whose requested range holds `[addr, addr+len)`: 'yes', 'no' or 'either'. */
 function rangeInside(a: ArenaM, addr: bigint, len: bigint): { v: 'yes' | 'no' | 'either'; live?: Live } {
+  // (`v` is changed by the caller for shared allocators.)
   let edge = false
   for (const l of a.live.values()) {
     if (addr >= l.addr && addr + len <= l.addr + l.req) {
@@ -274,6 +275,8 @@ function recordAlloc(w: World, a: ArenaM, obj: OrtAllocator, id: string, p: unkn
   }
   a.live.set(p, live)
   w.allocs.set(id, { addr: p, arena: a, req })
+  w.recentAllocs.push(id)
+  if (w.recentAllocs.length > 128) w.recentAllocs.shift()
   a.numAllocs += 1n
   if (asReserve) a.numReserves += 1n
   if (live.bytes) {
@@ -451,6 +454,13 @@ function execAccess(w: World, op: Op, r: Result, which: 'write' | 'read' | 'fill
     const inside = rangeInside(a, pc.addr!, len!)
     live = inside.live
     const virtual = a.factory.backend === 'virtual'
+    if (inside.v === 'no' && a.shared) {
+      // Another thread's allocation may hold the range: reading it is allowed to work, and
+      // writing it would break that thread's memory, so this thread never does.
+      if (which !== 'read') return skip()
+      codes.push(UP, ...(virtual ? [IA] : []))
+      inside.v = 'either'
+    }
     if (inside.v === 'no') {
       codes.push(UP, ...(virtual ? [IA] : []))
       ok = false
@@ -636,8 +646,12 @@ function execNewFactory(w: World, op: Op, r: Result): void {
   }
   // Give the options a logger unless they are not an object or name one already.
   let given = options
-  if (loggerKind !== 'none' && options !== null && typeof options === 'object' && !Array.isArray(options) && !Object.prototype.hasOwnProperty.call(options, 'logger')) {
-    given = { ...(options as object), logger }
+  try {
+    if (loggerKind !== 'none' && options !== null && typeof options === 'object' && !Array.isArray(options) && !Object.prototype.hasOwnProperty.call(options, 'logger')) {
+      given = { ...(options as object), logger }
+    }
+  } catch {
+    // A proxy whose traps throw goes to the API as it is.
   }
   const e = expectFactory(w, given)
   const res = call(w, `new AllocatorFactory(${showV(op.args[0])})`, e.codes, e.ok, () => new idx.AllocatorFactory(given as never))
@@ -1137,15 +1151,22 @@ function allLive(w: World): [Live, ArenaM][] {
 function genPtr(w: World, g: Prng, target: ArenaM): V {
   const own = [...target.live.values()]
   const others = allLive(w).filter(([, b]) => b !== target && !(b.shared && target.shared))
-  const stale = target.shared ? [] : [...w.allocs.entries()].filter(([, rec]) => !rec.arena.live.has(rec.addr) || rec.arena.retired)
+  // Recent allocations that are no longer live (a bounded list: the run makes thousands).
+  const stale = target.shared ? [] : w.recentAllocs.filter((id) => {
+    const rec = w.allocs.get(id)!
+    return rec.arena.retired || rec.arena.live.get(rec.addr)?.id !== id
+  })
   const any = allLive(w)
   const choices: [number, () => V][] = [
     [own.length ? 40 : 0, () => ({ ptr: g.pick(own).id, off: '0' })],
     [others.length ? 8 : 0, () => ({ ptr: g.pick(others)[0].id, off: '0' })],
-    [stale.length ? 10 : 0, () => ({ ptr: g.pick(stale)[0], off: '0' })],
+    [stale.length ? 10 : 0, () => ({ ptr: g.pick(stale), off: '0' })],
     [any.length ? 10 : 0, () => {
+      // Strictly inside: past the end may be another thread's allocation in a shared allocator.
       const [l] = g.pick(any)
-      return { ptr: l.id, off: String(g.chance(0.5) ? 256n * BigInt(g.range(1, 4)) : BigInt(g.range(1, Math.max(1, Number(l.size) - 1)))) }
+      const size = Number(l.size)
+      const chunks = Math.floor((size - 1) / 256)
+      return { ptr: l.id, off: String(chunks > 0 && g.chance(0.5) ? 256 * g.range(1, Math.min(chunks, 4)) : g.range(1, Math.max(1, size - 1))) }
     }],
     [any.length && !target.shared ? 3 : 0, () => {
       const [l] = g.pick(any)
@@ -1406,9 +1427,11 @@ function generateOnce(w: World, g: Prng, opts: { gc: boolean }): Op | null {
   const name = g.weighted<string>([
     [1, 'factory.new'],
     [0.5, 'factory.get'],
-    [liveHandles.length < 3 ? 14 : 4, 'factory.createAllocator'],
-    [1.5, 'factory.createSharedAllocator'],
-    [liveHandles.length > 2 ? 2.5 : 0.8, 'factory.releaseAllocator'],
+    // Creates and releases balance at about ten live handles: a rich state, and each call's
+    // sweep over every allocator stays cheap.
+    [liveHandles.length < 3 ? 14 : liveHandles.length < 10 ? 4 : 1, 'factory.createAllocator'],
+    [liveHandles.length < 10 ? 1.5 : 0.5, 'factory.createSharedAllocator'],
+    [liveHandles.length > 2 ? Math.max(2.5, liveHandles.length / 3) : 0.8, 'factory.releaseAllocator'],
     [1, 'factory.deviceStats'],
     [streams.length < 2 ? 4 : 1.2, 'factory.createStream'],
     [liveCount > 40 ? 6 : 14, 'alloc'],
@@ -1584,7 +1607,7 @@ function genAccess(w: World, g: Prng, name: 'write' | 'read' | 'fill'): Op | nul
       [5, 'head'],
       [4, 'tail'],
       [2, 'across'],
-      [1, 'past'],
+      [a.shared && name !== 'read' ? 0 : 1, 'past'],
       [1, 'empty-end'],
       [1, 'empty-start'],
     ])

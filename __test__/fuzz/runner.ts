@@ -37,6 +37,8 @@ export interface RunOptions {
   progressEvery?: number
   /** Called before the final sweep and cleanup (the main thread waits for its workers here). */
   beforeCleanup?: () => Promise<void>
+  /** This thread ends last: devices shared with other threads must hold nothing either at the end. */
+  lastOut?: boolean
 }
 
 export interface Failure {
@@ -118,7 +120,7 @@ export async function run(opts: RunOptions): Promise<RunResult> {
     index = -1
     if (opts.beforeCleanup) await opts.beforeCleanup()
     w.fullCheck()
-    await cleanup(w, opts.gc ?? false)
+    await cleanup(w, opts.gc ?? false, opts.lastOut ?? false)
   } catch (e) {
     const at = index
     const tail = log.slice(Math.max(0, at < 0 ? log.length - 25 : at - 24), at < 0 ? log.length : at + 1).map((op) => showOp(op, log.indexOf(op)))
@@ -134,7 +136,7 @@ export async function run(opts: RunOptions): Promise<RunResult> {
  * allocator handle and stream; then no device of any factory of this run holds raw memory
  * (devices other threads share are checked by whoever ends last).
  */
-async function cleanup(w: World, gc: boolean): Promise<void> {
+async function cleanup(w: World, gc: boolean, lastOut: boolean): Promise<void> {
   for (const a of w.reachable()) {
     const r = w.reader(a)!
     for (const l of [...a.live.values()]) {
@@ -164,7 +166,7 @@ async function cleanup(w: World, gc: boolean): Promise<void> {
   for (const f of w.factoryModels.values()) {
     const ref = w.factoryObj(f)!
     f.devices.forEach((_, d) => {
-      if (f.sharedDevices.has(d) || f.forbidden.has(d)) return
+      if (!lastOut && (f.sharedDevices.has(d) || f.forbidden.has(d))) return
       w.apiCalls += 1
       const held = ref.obj.deviceStats(d).rawBytesOutstanding
       if (held !== 0n) throw new FuzzFailure('all-memory-back', `${f.name} device ${d} still holds ${held} bytes after every allocator was released`)
