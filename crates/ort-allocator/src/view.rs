@@ -273,15 +273,15 @@ impl OrtAllocatorView {
     }
 
     fn alloc_on(&self, size: usize, stream: *mut OrtSyncStream) -> Result<Option<u64>> {
-        // A stream ORT has no native handle for is allocated as with no stream, as ORT does
-        // for a NULL stream.
-        let handle = if stream.is_null() {
-            0
-        } else {
-            // SAFETY: ORT passes one of its live streams.
-            unsafe { self.host.sync_stream_handle(stream) }
-        };
         self.with_user(|u| {
+            // Asked only of a live view: a released one calls nothing of the host's. A stream
+            // with no native handle is allocated as with no stream, as ORT does for NULL.
+            let handle = if stream.is_null() {
+                0
+            } else {
+                // SAFETY: ORT passes one of its live streams.
+                unsafe { self.host.sync_stream_handle(stream) }
+            };
             if handle == 0 {
                 return u.allocator().alloc(size as u64);
             }
