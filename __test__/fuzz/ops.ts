@@ -1347,6 +1347,8 @@ function genNewFactory(w: World, g: Prng): Op {
   ])
   const kind = g.weighted<string>([
     [existing.length < 3 ? 10 : 1, 'new'],
+    // A factory of the other simulated backend: its streams fit none of this run's allocators.
+    [1, 'otherBackend'],
     [existing.length ? 4 : 0, 'alias'],
     [existing.length ? 1 : 0, 'conflict'],
     [2, 'bad'],
@@ -1359,6 +1361,8 @@ function genNewFactory(w: World, g: Prng): Op {
     options = { o: { name: str(f.name), backend: str(kind === 'conflict' && g.chance(0.5) ? (f.backend === 'host' ? 'virtual' : 'host') : f.backend), devices: kind === 'conflict' ? num(f.devices.length + 1) : devs } }
   } else if (kind === 'new') {
     options = { o: { name: str(nextFactoryName(w)), backend: str(w.backend), devices: genDevices(g) } }
+  } else if (kind === 'otherBackend') {
+    options = { o: { name: str(nextFactoryName(w)), backend: str(w.backend === 'host' ? 'virtual' : 'host'), devices: genDevices(g) } }
   } else if (kind === 'cuda') {
     options = { o: { name: str(`${w.tag}-cuda`), backend: str('cuda') } }
   } else {
