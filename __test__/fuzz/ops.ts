@@ -941,21 +941,48 @@ function execMisc(w: World, op: Op, r: Result): void {
   r.outcome = 'ok'
 }
 
+/** trace.ts's documented argument rules: an integer in `lo … hi`. */
+const isInt = (v: unknown, lo: number, hi: number): boolean => typeof v === 'number' && Number.isSafeInteger(v) && v >= lo && v <= hi
+
+/** What `mixedTrace(ops, options)` must do with these arguments: its options, or `null` for invalid. */
+function mixedArgs(ops: unknown, o: unknown): { minSize: number; maxSize: number; maxLive: number } | null {
+  if (!isInt(ops, 0, 10_000_000)) return null
+  if (o === undefined) return { minSize: 256, maxSize: 64 * 2 ** 20, maxLive: 2000 }
+  let r: Record<string, unknown>
+  try {
+    if (typeof o !== 'object' || o === null || Array.isArray(o)) return null
+    r = ownRecord(o)
+  } catch {
+    return null
+  }
+  if (Object.keys(r).some((k) => !['minSize', 'maxSize', 'maxLive', 'seed'].includes(k))) return null
+  // Only `undefined` means "the default" (null is a value, and not a valid one).
+  const minSize = r.minSize === undefined ? 256 : r.minSize
+  if (!isInt(minSize, 1, Number.MAX_SAFE_INTEGER)) return null
+  const maxSize = r.maxSize === undefined ? Math.max(minSize as number, 64 * 2 ** 20) : r.maxSize
+  if (!isInt(maxSize, minSize as number, Number.MAX_SAFE_INTEGER)) return null
+  const maxLive = r.maxLive === undefined ? 2000 : r.maxLive
+  if (!isInt(maxLive, 1, 0xffff_ffff)) return null
+  if (r.seed !== undefined && !isInt(r.seed, 0, Number.MAX_SAFE_INTEGER)) return null
+  return { minSize: minSize as number, maxSize: maxSize as number, maxLive: maxLive as number }
+}
+
 function execMixedTrace(w: World, op: Op, r: Result): void {
   const idx = w.copies[op.c ?? 0] ?? skip()
-  const ops = resolve(w, op.args[0]) as number
-  const o = resolve(w, op.args[1]) as { minSize: number; maxSize: number; maxLive: number; seed: number }
-  const res = call(w, `mixedTrace(${ops}, ${JSON.stringify(o)})`, [], true, () => idx.mixedTrace(ops, o))
-  r.outcome = 'ok'
+  const ops = resolve(w, op.args[0])
+  const o = resolve(w, op.args[1])
+  const want = mixedArgs(ops, o)
+  const res = call(w, `mixedTrace(${op.args.map(showV).join(', ')})`, want ? [] : [IA], want !== null, () => idx.mixedTrace(ops as number, o as never))
+  r.outcome = res.ok ? 'ok' : res.code
   if (!res.ok) return
   const t = res.value
-  if (t.length !== ops) fail('mixed-trace', `mixedTrace(${ops}) gave ${t.length} ops`)
+  if (t.length !== ops) fail('mixed-trace', `mixedTrace(${String(ops)}) gave ${t.length} ops`)
   const live = new Set<number>()
   for (const x of t) {
     if (x.op === 'alloc') {
-      if (x.size < o.minSize || x.size > o.maxSize || live.has(x.id)) fail('mixed-trace', `bad alloc ${JSON.stringify(x)}`)
+      if (x.size < want!.minSize || x.size > want!.maxSize || live.has(x.id)) fail('mixed-trace', `bad alloc ${JSON.stringify(x)}`)
       live.add(x.id)
-      if (live.size > o.maxLive) fail('mixed-trace', `more than ${o.maxLive} live`)
+      if (live.size > want!.maxLive) fail('mixed-trace', `more than ${want!.maxLive} live`)
     } else if (!live.delete(x.id)) fail('mixed-trace', `free of ${x.id}, not live`)
   }
 }
@@ -965,26 +992,59 @@ function execReplay(w: World, op: Op, r: Result): void {
   const x = resolve(w, op.args[0])
   const m = modelOf(w, op.args[0])
   const h = m instanceof HandleM ? m : m instanceof ViewM ? m.handle : null
-  const trace = JSON.parse((op.args[1] as { s: string }).s) as import('../../ts/index').TraceOp[]
-  const streams = resolve(w, op.args[2]) as number
-  const usesStreams = trace.some((s) => s.op === 'alloc' && (s.stream ?? 0) > 0)
+  const trace = JSON.parse((op.args[1] as { s: string }).s, (_, v: unknown) => (typeof v === 'string' && /^-?[0-9]+n$/.test(v) ? BigInt(v.slice(0, -1)) : v)) as import('../../ts/index').TraceInput[]
+  const options = resolve(w, op.args[2])
+  const streams = traceOptions(options)
+  const usesStreams = trace.some((s) => typeof s === 'object' && s !== null && s.op === 'alloc' && typeof s.stream === 'number' && s.stream > 0)
   const codes: string[] = []
   if (!h || h.copy !== (op.c ?? 0)) codes.push(IA)
-  else if (h.released) codes.push(REL)
-  else if (usesStreams && !h.arena.streamAware) codes.push(IA)
+  if (streams === null || !traceValid(trace, streams)) codes.push(IA)
+  if (h?.released) codes.push(REL)
+  if (codes.length === 0 && usesStreams && !h!.arena.streamAware) codes.push(IA)
   const a = h?.arena
   if (a && !h!.released) logBefore(w, a, false)
-  const res = call(w, `replayTrace(${showRef(op.args[0])}, ${trace.length} ops, ${streams} streams)`, codes, codes.length === 0, () => idx.replayTrace(x as OrtAllocator, trace, { streams }))
+  const res = call(w, `replayTrace(${showRef(op.args[0])}, ${trace.length} ops, ${showV(op.args[2])})`, uniq(codes), codes.length === 0, () => idx.replayTrace(x as OrtAllocator, trace, options as never))
   r.outcome = res.ok ? 'ok' : res.code
   if (!res.ok) {
     if (a && !h!.released) afterFailure(w, a, false, res.code, r)
     return
   }
-  const allocs = trace.filter((s) => s.op === 'alloc' && s.size > 0).length
+  const allocs = trace.filter((s) => s.op === 'alloc' && BigInt(s.size) > 0n).length
   const rep = res.value
   if (rep.ops !== trace.length || rep.failedAllocs > allocs) fail('replay-report', `replayTrace report ${JSON.stringify(rep)} for ${trace.length} ops, ${allocs} allocations`)
   a!.numAllocs += BigInt(allocs - rep.failedAllocs)
   touch(a!, r)
+}
+
+/** `replayTrace`'s options: the number of streams, or `null` when invalid. */
+function traceOptions(o: unknown): number | null {
+  if (o === undefined) return 0
+  let r: Record<string, unknown>
+  try {
+    if (typeof o !== 'object' || o === null || Array.isArray(o)) return null
+    r = ownRecord(o)
+  } catch {
+    return null
+  }
+  if (Object.keys(r).some((k) => k !== 'streams' && k !== 'trackPeaks')) return null
+  if (r.trackPeaks !== undefined && typeof r.trackPeaks !== 'boolean') return null
+  if (r.streams === undefined) return 0
+  return isInt(r.streams, 0, 1024) ? (r.streams as number) : null
+}
+
+/** Whether every operation of a trace is well formed (trace.ts's rules). */
+function traceValid(trace: unknown[], streams: number): boolean {
+  const u64 = (v: unknown): boolean => (typeof v === 'bigint' ? v >= 0n && v <= MAX_U64 : isInt(v, 0, Number.MAX_SAFE_INTEGER))
+  return trace.every((t) => {
+    if (typeof t !== 'object' || t === null || Array.isArray(t)) return false
+    const o = t as Record<string, unknown>
+    if (Object.keys(o).some((k) => !['op', 'id', 'size', 'stream'].includes(k))) return false
+    if (o.op !== 'alloc' && o.op !== 'free') return false
+    if (!u64(o.id)) return false
+    if (o.op === 'alloc' && o.size === undefined) return false
+    if (o.size !== undefined && !u64(o.size)) return false
+    return o.stream === undefined || (isInt(o.stream, 0, 0xffff_ffff) && (o.stream as number) <= streams)
+  })
 }
 
 function execPairNs(w: World, op: Op, r: Result): void {
@@ -996,16 +1056,17 @@ function execPairNs(w: World, op: Op, r: Result): void {
   const iterations = resolve(w, op.args[2]) as number
   const codes: string[] = []
   if (!h || h.copy !== (op.c ?? 0)) codes.push(IA)
-  else if (h.released) codes.push(REL)
+  if (!isInt(size, 0, Number.MAX_SAFE_INTEGER) || !isInt(iterations, 0, 0xffff_ffff)) codes.push(IA)
+  if (h?.released) codes.push(REL)
   let ok = codes.length === 0
   const a = h?.arena
-  if (ok && size > 0) {
+  if (ok && size > 0 && iterations > 0) {
     const o = allocOutlook(a!, BigInt(size), false, a!.shared ? null : w.outstanding(a!.factory, a!.ledger))
     if (o !== 'ok') codes.push(OOM)
     ok = o !== 'fail'
   }
   if (a && !h!.released) logBefore(w, a, false)
-  const res = call(w, `nativePairNs(${showRef(op.args[0])}, ${size}, ${iterations})`, codes, ok, () => idx.nativePairNs(x as OrtAllocator, size, iterations))
+  const res = call(w, `nativePairNs(${op.args.map(showV).join(', ')})`, uniq(codes), ok, () => idx.nativePairNs(x as OrtAllocator, size, iterations))
   r.outcome = res.ok ? 'ok' : res.code
   if (!res.ok) {
     if (a && !h!.released) afterFailure(w, a, false, res.code, r)
@@ -1013,6 +1074,7 @@ function execPairNs(w: World, op: Op, r: Result): void {
   }
   if (typeof res.value !== 'number' || !(res.value >= 0)) fail('pair-ns', `nativePairNs gave ${res.value}`)
   if (size > 0) a!.numAllocs += BigInt(iterations)
+  if (iterations === 0) return
   touch(a!, r)
 }
 
@@ -1569,23 +1631,48 @@ function generateOnce(w: World, g: Prng, opts: { gc: boolean }): Op | null {
       return { op: name, c: g.int(w.copies.length), args: [anyWeird(g)] }
     case 'fn.mixedTrace': {
       const min = g.logSize(1, 1 << 16)
-      return {
-        op: name,
-        c: g.int(w.copies.length),
-        args: [num(g.range(0, 300)), { o: { minSize: num(min), maxSize: num(min + g.logSize(1, 1 << 20)), maxLive: num(g.range(1, 40)), seed: num(g.u32()) } }],
+      const o: Record<string, V> = { minSize: num(min), maxSize: num(min + g.logSize(1, 1 << 20)), maxLive: num(g.range(1, 40)), seed: num(g.u32()) }
+      let count = num(g.range(0, 300))
+      if (g.chance(0.3)) {
+        // One argument out of its range, of the wrong kind, or an unknown option.
+        const bad = g.pick(['ops', 'minSize', 'maxSize', 'maxLive', 'seed', 'unknown', 'options'])
+        const v = g.pick<V>([num(-1), num(1.5), num(Number.NaN), num(2 ** 32 + 3), num(2 ** 53), big(5n), str('12'), NULL, anyWeird(g)])
+        if (bad === 'ops') count = v
+        else if (bad === 'unknown') o.maxsize = num(5)
+        else if (bad === 'options') return { op: name, c: g.int(w.copies.length), args: [count, anyWeird(g)] }
+        else if (bad === 'maxSize') o.maxSize = num(min - 1)
+        else o[bad] = v
       }
+      return { op: name, c: g.int(w.copies.length), args: [count, { o }] }
     }
     case 'fn.replayTrace':
     case 'fn.nativePairNs': {
       const t = pickHandleTarget(w, g)
       const copy = t ? (t instanceof ViewM ? t.handle : t).copy : 0
       const target = t && g.chance(0.93) ? ({ ref: t.id } as V) : anyWeird(g)
-      if (name === 'fn.nativePairNs') return { op: name, c: copy, args: [target, num(g.logSize(1, 1 << 20)), num(g.range(1, 30))] }
+      if (name === 'fn.nativePairNs') {
+        const bad = g.chance(0.2)
+        const size = bad && g.chance(0.5) ? g.pick<V>([num(-1), num(1.5), num(2 ** 53), big(256n), anyWeird(g)]) : num(g.logSize(0, 1 << 20))
+        const iterations = bad && !('n' in size && Number.isSafeInteger(Number(size.n))) ? num(g.range(1, 30)) : bad ? g.pick<V>([num(-1), num(2 ** 32), num(0.5), NULL, anyWeird(g)]) : num(g.range(0, 30))
+        return { op: name, c: copy, args: [target, size, iterations] }
+      }
       // Open finding (trace.rs / replay.rs, reported): a replay that fails part way on a stream
       // the allocator cannot take keeps what it did. Left out unless asked for.
       const canStream = t && (t instanceof ViewM ? t.handle : t).arena.streamAware
       const streamsN = canStream || w.includeOpen ? g.range(0, 2) : 0
-      return { op: name, c: copy, args: [target, str(JSON.stringify(genTrace(g, streamsN))), num(streamsN)] }
+      const trace: unknown[] = genTrace(g, streamsN)
+      if (trace.length && g.chance(0.1)) {
+        // One operation malformed: every operation is checked before any is replayed.
+        const i = g.int(trace.length)
+        trace[i] = g.pick<unknown>([null, 5, [], { op: 'realloc', id: 1 }, { op: 'alloc', id: -1, size: 5 }, { op: 'alloc', id: 1 }, { op: 'alloc', id: 1, size: 1.5 }, { op: 'free', id: '1' }, { op: 'alloc', id: 1, size: 5, stream: streamsN + 1 }, { op: 'alloc', id: 1, size: 5, extra: 1 }])
+      }
+      const opts = g.weighted<V>([
+        [10, { o: { streams: num(streamsN) } }],
+        [2, { o: { streams: num(streamsN), trackPeaks: { bool: g.chance(0.5) } } }],
+        [streamsN === 0 ? 2 : 0, UNDEF],
+        [1, g.pick<V>([{ o: { streams: num(-1) } }, { o: { streams: num(1025) } }, { o: { trackPeaks: num(1) } }, { o: { stream: num(1) } }, anyWeird(g)])],
+      ])
+      return { op: name, c: copy, args: [target, str(JSON.stringify(trace, (_, v: unknown) => (typeof v === 'bigint' ? `${v}n` : v))), opts] }
     }
     case 'gc.drop':
       return genDrop(w, g)
@@ -1682,8 +1769,8 @@ function genNamespace(w: World, g: Prng): Op {
 }
 
 /** A small valid trace: allocations of small sizes on `streams` streams (0: none), frees of live ones. */
-function genTrace(g: Prng, streams: number): import('../../ts/index').TraceOp[] {
-  const out: import('../../ts/index').TraceOp[] = []
+function genTrace(g: Prng, streams: number): import('../../ts/index').TraceInput[] {
+  const out: import('../../ts/index').TraceInput[] = []
   const live: number[] = []
   let id = 0
   const n = g.range(0, 60)
@@ -1693,7 +1780,8 @@ function genTrace(g: Prng, streams: number): import('../../ts/index').TraceOp[] 
     } else {
       id += 1
       live.push(id)
-      out.push({ op: 'alloc', id, size: g.chance(0.05) ? 0 : g.logSize(1, 1 << 20), stream: streams ? g.range(0, streams) : 0 })
+      const size = g.chance(0.05) ? 0 : g.logSize(1, 1 << 20)
+      out.push({ op: 'alloc', id, size: g.chance(0.2) ? BigInt(size) : size, stream: streams ? g.range(0, streams) : 0 })
     }
   }
   return out
