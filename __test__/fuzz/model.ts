@@ -89,6 +89,8 @@ export class ArenaM {
   last: AllocatorStats | null = null
   /** The memory log as last read, while nothing touched it since. */
   log: MemoryLog | null = null
+  /** Whether a chunk may carry a stream tag (an allocation on a stream was made). */
+  streamTagged = false
 
   constructor(
     readonly id: string,
@@ -175,6 +177,10 @@ export class StreamM {
   released = false
   /** The last event's sync id: each record must give a larger one. */
   lastSync = -1n
+  /** This stream's sync id: events recorded so far. */
+  sync = 0n
+  /** What it has waited on, by stream id (through chains of events too): the largest sync id. */
+  readonly knows = new Map<bigint, bigint>()
   constructor(
     readonly id: string,
     readonly backend: string,
@@ -192,6 +198,8 @@ export class EventM {
     readonly stream: StreamM,
     readonly copy: number,
     public obj: StreamEvent | null,
+    /** The sync ids it carries: its producer's at the event, and what the producer knew. */
+    readonly carries: ReadonlyMap<bigint, bigint>,
   ) {}
 }
 

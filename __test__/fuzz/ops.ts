@@ -329,6 +329,8 @@ function allocLike(w: World, op: Op, r: Result, kind: 'alloc' | 'reserve' | 'all
     ok = outlook !== 'fail'
   }
   logBefore(w, a, rel)
+  // The chunk an allocation takes must be one its stream may take: remember the tags.
+  const tags = ok && s.v! > 0n && kind !== 'reserve' && a.kind === 'arena' && a.streamTagged && !a.shared && w.pendingStreams.length === 0 ? tagLog(w, a) : null
   const what = `${t.id}.${kind}(${op.args.map(showV).join(', ')})`
   const res = call(w, what, uniq(codes), ok, () => {
     if (kind === 'alloc') return t.obj.alloc(size as never)
@@ -346,6 +348,56 @@ function allocLike(w: World, op: Op, r: Result, kind: 'alloc' | 'reserve' | 'all
     return
   }
   recordAlloc(w, a, t.obj, op.out!, res.value, s.v!, kind === 'reserve', r)
+  const consumer = streamV ? (modelOf(w, streamV) as StreamM) : null
+  if (consumer && a.kind === 'arena') a.streamTagged = true
+  if (tags) checkStreamRule(w, a, tags, res.value as bigint, consumer, what)
+}
+
+/** How often a tagged chunk was taken, by which part of the rule (to see the check is exercised). */
+export const streamRuleSeen = { ownStream: 0, afterWait: 0 }
+
+/** The memory log of `a` as it is now (read again if the cached one is stale). */
+function tagLog(w: World, a: ArenaM): import('../../ts/index').MemoryLog | null {
+  if (a.log) return a.log
+  const r = w.reader(a)
+  if (!r) return null
+  w.apiCalls += 1
+  a.log = r.memoryLog()
+  return a.log
+}
+
+/**
+ * DESIGN "Streams": a free chunk last used by stream S at sync id k may be taken by stream T
+ * only when S is T, or the chunk has no stream, or T has waited (through events, chains of
+ * them included) on an event S recorded after k; an allocation without a stream takes only
+ * chunks without one.
+ */
+function checkStreamRule(w: World, a: ArenaM, before: import('../../ts/index').MemoryLog, p: bigint, consumer: StreamM | null, what: string): void {
+  const region = before.regions.find((g) => g.base <= p && p < g.base + g.size)
+  const chunk = region?.chunks.find((c) => !c.inUse && c.addr <= p && p < c.addr + c.size)
+  if (!region || !chunk || chunk.stream === undefined || chunk.stream === 0n) return
+  // Out of memory, the arena may have released wholly free regions (tagged chunks too) and
+  // grown a new one at the same addresses: then the chunk taken is a new one.
+  const r = w.reader(a)!
+  w.apiCalls += 1
+  if (r.getStats().numArenaShrinkages !== before.stats.numArenaShrinkages) {
+    w.apiCalls += 1
+    const now = r.memoryLog().regions.find((g) => g.base <= p && p < g.base + g.size)
+    if (now?.id !== region.id) return
+  }
+  const owner = [...w.streams.values()].find((x) => x.nativeId === chunk.stream)
+  // A stream released (or collected) since: its chunks are anyone's.
+  if (!owner || owner.released || !owner.obj) return
+  if (consumer && consumer.nativeId === chunk.stream) {
+    streamRuleSeen.ownStream += 1
+    return
+  }
+  const known = consumer?.knows.get(chunk.stream) ?? 0n
+  if (consumer && chunk.syncId < known) {
+    streamRuleSeen.afterWait += 1
+    return
+  }
+  fail('stream-reuse', `${what} took the free chunk at ${chunk.addr}, last used by stream ${owner.id} at sync id ${chunk.syncId}; ${consumer ? `${consumer.id} has waited on its sync id ${known} only` : 'an allocation without a stream takes only chunks without one'}`)
 }
 
 // ---------------------------------------------------------------- pointer ops
@@ -604,9 +656,12 @@ function execStream(w: World, op: Op, r: Result): void {
     r.outcome = res.ok ? 'ok' : res.code
     if (!res.ok) return
     const sync = res.value.syncId
-    if (typeof sync !== 'bigint' || sync <= m.lastSync) fail('sync-ids', `${m.id}.record() gave sync id ${String(sync)} after ${m.lastSync}`)
+    m.sync += 1n
+    if (sync !== m.sync) fail('sync-ids', `${m.id}.record() gave sync id ${String(sync)}; it is event ${m.sync} of the stream`)
     m.lastSync = sync
-    w.events.set(op.out!, new EventM(op.out!, m, m.copy, res.value))
+    const carries = new Map(m.knows)
+    carries.set(m.nativeId, m.sync)
+    w.events.set(op.out!, new EventM(op.out!, m, m.copy, res.value, carries))
     return
   }
   if (which === 'wait') {
@@ -616,6 +671,9 @@ function execStream(w: World, op: Op, r: Result): void {
     const codes = [...(rel ? [REL] : []), ...(valid ? [] : [IA])]
     const res = call(w, `${m.id}.wait(${showRef(op.args[0])})`, codes, codes.length === 0, () => s.wait(ev as never))
     r.outcome = res.ok ? 'ok' : res.code
+    if (res.ok) {
+      for (const [id, sync] of (em as EventM).carries) if (id !== m.nativeId && sync > (m.knows.get(id) ?? 0n)) m.knows.set(id, sync)
+    }
     return
   }
   if (which === 'synchronize') {
@@ -1454,6 +1512,8 @@ function genNewFactory(w: World, g: Prng): Op {
 
 /** Generates the next op from the model's state. */
 export function generate(w: World, g: Prng, opts: { gc: boolean; exclude: ReadonlySet<string> }): Op {
+  const queued = w.queue.shift()
+  if (queued) return queued
   for (;;) {
     const op = generateOnce(w, g, opts)
     if (!op || opts.exclude.has(op.op)) continue
@@ -1527,6 +1587,7 @@ function generateOnce(w: World, g: Prng, opts: { gc: boolean }): Op | null {
     [0.15, 'fn.mixedTrace'],
     [0.4, 'fn.replayTrace'],
     [0.2, 'fn.nativePairNs'],
+    [1.2, 'scenario.handoff'],
     [opts.gc ? 1.5 : 0, 'gc.drop'],
     [opts.gc ? 0.6 : 0, 'gc.collect'],
   ])
@@ -1676,6 +1737,8 @@ function generateOnce(w: World, g: Prng, opts: { gc: boolean }): Op | null {
       ])
       return { op: name, c: copy, args: [target, str(JSON.stringify(trace, (_, v: unknown) => (typeof v === 'bigint' ? `${v}n` : v))), opts] }
     }
+    case 'scenario.handoff':
+      return genHandoff(w, g)
     case 'gc.drop':
       return genDrop(w, g)
     case 'gc.collect':
@@ -1787,6 +1850,39 @@ function genTrace(g: Prng, streams: number): import('../../ts/index').TraceInput
     }
   }
   return out
+}
+
+/**
+ * A chunk handed from one stream to another: allocate on S and free, S records, T waits (or,
+ * through U, a chain of waits), T allocates the same size and may take S's chunk. Queued as
+ * ordinary operations; without the wait, T must not take it.
+ */
+function genHandoff(w: World, g: Prng): Op | null {
+  const hs = [...w.handles.values()].filter((h) => h.obj && !h.released && h.arena.kind === 'arena' && !h.arena.shared)
+  if (!hs.length) return null
+  const h = g.pick(hs)
+  const fit = liveStreams(w, h.copy).filter((s) => s.backend === h.arena.factory.backend && s.device === h.arena.device)
+  if (fit.length < 2) return null
+  const [S, T] = [g.pick(fit), g.pick(fit)]
+  if (S === T) return null
+  const size = num(g.pick([256 * g.range(1, 64), g.logSize(1 << 16, 1 << 21)]))
+  const first = w.id('a')
+  const ev = w.id('e')
+  const ops: Op[] = [
+    { op: 'allocOnStream', t: h.id, args: [size, { ref: S.id }], out: first },
+    { op: 'free', t: h.id, args: [{ ptr: first, off: '0' }] },
+    { op: 'stream.record', t: S.id, args: [], out: ev },
+  ]
+  const U = fit.find((x) => x !== S && x !== T)
+  if (U && g.chance(0.3)) {
+    const ev2 = w.id('e')
+    ops.push({ op: 'stream.wait', t: U.id, args: [{ ref: ev }] }, { op: 'stream.record', t: U.id, args: [], out: ev2 }, { op: 'stream.wait', t: T.id, args: [{ ref: ev2 }] })
+  } else if (g.chance(0.85)) {
+    ops.push({ op: 'stream.wait', t: T.id, args: [{ ref: ev }] })
+  }
+  ops.push({ op: 'allocOnStream', t: h.id, args: [size, { ref: T.id }], out: w.id('a') })
+  w.queue.push(...ops.slice(1))
+  return ops[0]
 }
 
 function genDrop(w: World, g: Prng): Op | null {

@@ -67,6 +67,8 @@ export class World {
   readonly streams = new Map<string, StreamM>()
   readonly events = new Map<string, EventM>()
   readonly allocs = new Map<string, AllocRec>()
+  /** Operations a scenario queued, run before any new one is generated. */
+  readonly queue: import('./ops').Op[] = []
   /** The last allocations made, newest last (stale pointers come from here). */
   readonly recentAllocs: string[] = []
   /** Every stream id handed out: ids never repeat. */
