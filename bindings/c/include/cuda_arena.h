@@ -81,12 +81,106 @@ int cuda_arena_get_stats(const cuda_arena_allocator* a, cuda_arena_stats* out);
  * NULL is ignored. */
 void cuda_arena_destroy(cuda_arena_allocator* a);
 
+/* ---- ONNX Runtime ------------------------------------------------------------------------
+ * cuda-arena never links ONNX Runtime: it calls the function table the host passes (the
+ * const OrtApi* of OrtGetApiBase()->GetApi(version)). ORT's types are only declared here, so
+ * this header compiles before or after onnxruntime_c_api.h (C11 and C++ allow the repeated
+ * typedefs). API versions: at least CUDA_ARENA_ORT_MIN_API_VERSION (ORT 1.23: the first with
+ * OrtAllocator::GetStats/AllocOnStream, key/value pairs and SyncStream_GetHandle); a host
+ * asking for more than CUDA_ARENA_ORT_MAX_API_VERSION gets an allocator whose version field
+ * says that one, so ORT reads no field added after it. */
+#define CUDA_ARENA_ORT_MIN_API_VERSION 23
+#define CUDA_ARENA_ORT_MAX_API_VERSION 30
+
+typedef struct OrtApi OrtApi;
+typedef struct OrtAllocator OrtAllocator;
+typedef struct OrtStatus OrtStatus;
+typedef struct OrtLogger OrtLogger;
+typedef struct OrtMemoryInfo OrtMemoryInfo;
+typedef struct OrtKeyValuePairs OrtKeyValuePairs;
+
+/* An OrtAllocator over the allocator of handle a, for RegisterAllocator (sessions created with
+ * the config entry session.use_env_allocators=1 then allocate from it) or any ORT call that
+ * takes an OrtAllocator*. version: the API version the host asks for (its ORT_API_VERSION);
+ * below CUDA_ARENA_ORT_MIN_API_VERSION, or api NULL, is CUDA_ARENA_ERR_INVALID_ARGUMENT.
+ * logger: NULL, or an ORT logger that lives until exit, for the reasons of failures.
+ * Returns NULL and writes the reason to err on failure.
+ *
+ * The struct: version = min(version, CUDA_ARENA_ORT_MAX_API_VERSION); Alloc, Free, Info,
+ * Reserve, GetStats (every key of ORT's: Limit, InUse, RequestedInUse, TotalAllocated,
+ * ReservedBytes, MaxInUse, NumAllocs, NumReserves, NumArenaExtensions, NumArenaShrinkages,
+ * MaxAllocSize); AllocOnStream for "Cuda" memory (the stream's SyncStream_GetHandle names the
+ * arena stream, as cuda_arena_alloc_on_stream's cu_stream; a stream with no handle allocates
+ * as Alloc); Shrink from version 25 for allocators that can shrink. Info is an OrtMemoryInfo
+ * made with api->CreateMemoryInfo: "Cuda", "CudaPinned" or "Cpu", the device id,
+ * OrtDeviceAllocator (RegisterAllocator refuses OrtArenaAllocator), OrtMemTypeCPUOutput for
+ * pinned memory and OrtMemTypeDefault otherwise.
+ * Failures: Alloc, Reserve and AllocOnStream return NULL (size 0 too); the reason goes to the
+ * logger and to this thread's cuda_arena_last_error. Free of an address the allocator does not
+ * hold is logged and ignored (ORT's Free returns nothing). GetStats and Shrink return an
+ * OrtStatus made with api->CreateStatus whose message starts with the error code.
+ *
+ * Ownership: the view is one user of the allocator, like a handle, so cuda_arena_destroy(a)
+ * may come before or after. Its struct stays valid until the process exits, because ORT's
+ * sessions may call a registered allocator after UnregisterAllocator, until they are
+ * released. */
+OrtAllocator* cuda_arena_ort_allocator(cuda_arena_allocator* a, const OrtApi* api, uint32_t version,
+                                       const OrtLogger* logger, char* err, size_t err_len);
+/* Lets the view's user go: when it was the last user, all the allocator's memory goes back.
+ * Call it only once no session can use the view any more (sessions released; unregistered).
+ * The struct stays valid: a later call through it fails safely (Alloc NULL with
+ * CUDA_ARENA_ERR_RELEASED, Free ignored, GetStats/Shrink an error status, Info still
+ * answers). A second release returns CUDA_ARENA_ERR_RELEASED, and anything that is not a view
+ * CUDA_ARENA_ERR_INVALID_ARGUMENT; neither touches anything. Without a release the view keeps
+ * the allocator until exit (what a registration for the process's life wants). */
+int cuda_arena_ort_allocator_release(OrtAllocator* allocator);
+
+/* Plugin execution providers: the allocator calls of ONNX Runtime's CUDA plugin EP design,
+ * one call each, over a process-wide cuda-arena factory named factory_name (ORT's
+ * ep_factory.<factory_name>.arena.* options are addressed to it; two handles with one name
+ * share its arenas). backend: "cuda" | "host" | "virtual". version and logger as in
+ * cuda_arena_ort_allocator (the logger must outlive the handle). Returns NULL and writes the
+ * reason to err on failure. An EP handle is not an address: never dereference it. */
+typedef struct cuda_arena_ort_ep cuda_arena_ort_ep;
+cuda_arena_ort_ep* cuda_arena_ort_ep_create(const char* backend, const char* factory_name,
+                                            const OrtApi* api, uint32_t version,
+                                            const OrtLogger* logger, char* err, size_t err_len);
+/* From OrtEpFactory::CreateAllocator(this, memory_info, allocator_options, out):
+ *   return cuda_arena_ort_ep_create_allocator(ep, memory_info, allocator_options, 0, out);
+ * memory_info "Cuda" / "CudaPinned" / "Cpu" with a device id: the device's shared device
+ * arena (or memory pool with arena.use_cuda_mempool=1), pinned arena or CPU arena, one more
+ * user; of type OrtReadOnlyAllocator: a new plain allocator (initializers bypass the arena).
+ * Info answers memory_info itself, which must outlive the allocator (ORT's own, from the
+ * OrtEpDevice, does). options: ORT's key/value pairs (NULL: none); arena.* keys and
+ * ep_factory.<factory_name>.arena.* keys (prefix stripped; they win) configure a new arena;
+ * other keys are ignored. When the shared arena exists, it is joined with its own options and
+ * a warning naming the differing keys goes to the logger and to cuda_arena_last_warning.
+ * replace != 0: a new shared allocator is made; the old one lives until its users release it.
+ * Returns NULL (success, *out set) or an OrtStatus made with the host's CreateStatus (*out
+ * NULL; the message starts with the error code, e.g. ERR_ARENA_INVALID_CONFIG). */
+OrtStatus* cuda_arena_ort_ep_create_allocator(cuda_arena_ort_ep* ep, const OrtMemoryInfo* memory_info,
+                                              const OrtKeyValuePairs* options, int replace,
+                                              OrtAllocator** out);
+/* From OrtEpFactory::ReleaseAllocator(this, allocator): one user fewer (all memory back at the
+ * last) and the OrtAllocator freed; ORT calls nothing on it afterwards. Anything that is not a
+ * live allocator of this handle sets the last error and is not touched. */
+void cuda_arena_ort_ep_release_allocator(cuda_arena_ort_ep* ep, OrtAllocator* allocator);
+/* From OrtSyncStreamImpl::OnSessionRunEnd(this): stream_handle is the stream's native handle
+ * (what its GetHandle returns, the cudaStream_t); the allocators of device_id forget it, so
+ * its chunks lose their tag, merge, and any stream may take them. Within a run, a chunk freed
+ * on a stream is reused by that stream at once and by other streams after this call (ORT's
+ * rule for streams that never waited on each other). Returns NULL or an error status. */
+OrtStatus* cuda_arena_ort_ep_run_end(cuda_arena_ort_ep* ep, int device_id, void* stream_handle);
+/* Destroys the handle. Allocators ORT has not released let their users go; their structs stay
+ * valid (failing safely) until exit. NULL is ignored; a destroyed handle sets the last error. */
+void cuda_arena_ort_ep_destroy(cuda_arena_ort_ep* ep);
+
 /* The last failure on this thread: its code (CUDA_ARENA_OK if none) and its message, copied
  * into buf (NUL-terminated, truncated to len). Returns the message length. */
 int cuda_arena_last_error_code(void);
 size_t cuda_arena_last_error(char* buf, size_t len);
-/* The warning of this thread's last cuda_arena_create (empty if it had none), copied as
- * cuda_arena_last_error does. Returns its length. */
+/* The warning of this thread's last cuda_arena_create or cuda_arena_ort_ep_create_allocator
+ * (empty if it had none), copied as cuda_arena_last_error does. Returns its length. */
 size_t cuda_arena_last_warning(char* buf, size_t len);
 
 #ifdef __cplusplus

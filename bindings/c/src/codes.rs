@@ -32,7 +32,7 @@ pub fn code_of(e: &ArenaError) -> i32 {
 
 thread_local! {
     static LAST: RefCell<(i32, String)> = const { RefCell::new((CUDA_ARENA_OK, String::new())) };
-    /// The warnings of this thread's last `cuda_arena_create`, joined by "; ".
+    /// The warnings of this thread's last create call, joined by "; ".
     static LAST_WARNING: RefCell<String> = const { RefCell::new(String::new()) };
 }
 
@@ -88,8 +88,9 @@ pub extern "C" fn cuda_arena_last_error(buf: *mut std::ffi::c_char, len: usize) 
     })
 }
 
-/// Copies the warning of this thread's last `cuda_arena_create` (empty if it had none) into
-/// `buf`; returns its full length.
+/// Copies the warning of this thread's last `cuda_arena_create` or
+/// `cuda_arena_ort_ep_create_allocator` (empty if it had none) into `buf`; returns its full
+/// length.
 #[no_mangle]
 pub extern "C" fn cuda_arena_last_warning(buf: *mut std::ffi::c_char, len: usize) -> usize {
     LAST_WARNING.with(|w| {

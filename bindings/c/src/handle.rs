@@ -3,8 +3,8 @@
 use crate::codes::*;
 use crate::handles::{self, Handle};
 use cuda_arena_core::{
-    named_factory, AllocatorStats, ArenaConfig, ArenaError, Factory, MemoryInfo, MemoryKind,
-    SimBackend, SimKind,
+    named_factory, AllocatorStats, ArenaConfig, ArenaError, Backend, Factory, MemoryInfo,
+    MemoryKind, SimBackend, SimKind,
 };
 use cuda_sys_bridge::CudaBackend;
 use std::ffi::{c_char, c_int, c_void, CStr};
@@ -56,14 +56,14 @@ impl From<AllocatorStats> for cuda_arena_stats {
     }
 }
 
-fn invalid(reason: impl Into<String>) -> ArenaError {
+pub(crate) fn invalid(reason: impl Into<String>) -> ArenaError {
     ArenaError::InvalidArgument {
         reason: reason.into(),
     }
 }
 
 /// Runs `f` with panics caught; a panic becomes `CUDA_ARENA_ERR_PANIC` and `on_panic`.
-fn guard<T>(on_panic: T, f: impl FnOnce() -> T) -> T {
+pub(crate) fn guard<T>(on_panic: T, f: impl FnOnce() -> T) -> T {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(v) => v,
         Err(_) => {
@@ -78,7 +78,7 @@ fn guard<T>(on_panic: T, f: impl FnOnce() -> T) -> T {
 
 /// # Safety
 /// `p` is NULL or a NUL-terminated string valid for the call.
-unsafe fn str_arg<'a>(p: *const c_char, name: &str) -> Result<&'a str, ArenaError> {
+pub(crate) unsafe fn str_arg<'a>(p: *const c_char, name: &str) -> Result<&'a str, ArenaError> {
     if p.is_null() {
         return Err(invalid(format!("{name} is NULL")));
     }
@@ -88,28 +88,26 @@ unsafe fn str_arg<'a>(p: *const c_char, name: &str) -> Result<&'a str, ArenaErro
         .map_err(|_| invalid(format!("{name} is not UTF-8")))
 }
 
-fn factory_for(backend: &str) -> Result<Arc<Factory>, ArenaError> {
-    let name = format!("c-abi-{backend}");
+/// The process-wide factory `name` over the backend named `backend` ("cuda", "host",
+/// "virtual").
+pub(crate) fn named_factory_for(name: &str, backend: &str) -> Result<Arc<Factory>, ArenaError> {
+    let make = |b: Arc<dyn Backend>| Ok(Factory::new(name.to_string(), b));
     match backend {
-        "cuda" => named_factory(&name, "cuda", || {
-            Ok(Factory::new(name.clone(), Arc::new(CudaBackend::new()?)))
+        "cuda" => named_factory(name, "cuda", || make(Arc::new(CudaBackend::new()?))),
+        "host" => named_factory(name, "host", || {
+            make(Arc::new(SimBackend::new(SimKind::Host, &[])))
         }),
-        "host" => named_factory(&name, "host", || {
-            Ok(Factory::new(
-                name.clone(),
-                Arc::new(SimBackend::new(SimKind::Host, &[])),
-            ))
-        }),
-        "virtual" => named_factory(&name, "virtual", || {
-            Ok(Factory::new(
-                name.clone(),
-                Arc::new(SimBackend::new(SimKind::Virtual, &[])),
-            ))
+        "virtual" => named_factory(name, "virtual", || {
+            make(Arc::new(SimBackend::new(SimKind::Virtual, &[])))
         }),
         other => Err(invalid(format!(
             "backend must be 'cuda', 'host' or 'virtual', got {other:?}"
         ))),
     }
+}
+
+fn factory_for(backend: &str) -> Result<Arc<Factory>, ArenaError> {
+    named_factory_for(&format!("c-abi-{backend}"), backend)
 }
 
 /// # Safety
@@ -200,7 +198,7 @@ pub unsafe extern "C" fn cuda_arena_create(
 
 /// Runs `f` on the live handle `a`: NULL is `ERR_ARENA_INVALID_ARGUMENT`, a destroyed handle
 /// `ERR_ARENA_RELEASED`. Never dereferences `a`.
-fn with<T>(
+pub(crate) fn with<T>(
     a: *const cuda_arena_allocator,
     f: impl FnOnce(&Handle) -> Result<T, ArenaError>,
 ) -> Result<T, ArenaError> {

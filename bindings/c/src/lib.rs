@@ -1,15 +1,19 @@
 //! The C ABI of `include/cuda_arena.h`. Every entry point catches panics and reports failure
 //! by return value plus a per-thread last error; pointers from C are checked for NULL, and
-//! allocator handles are never dereferenced: they name slots of a table of live handles.
+//! allocator and EP handles are never dereferenced: they name entries of tables of live
+//! handles. ONNX Runtime's objects (`OrtApi`, memory infos, key/value pairs) are the host's
+//! and are passed through to `cuda-arena-ort`.
 #![allow(unsafe_code)]
 
 mod codes;
 mod handle;
 mod handles;
+mod ort;
 mod version;
 
 pub use codes::*;
 pub use handle::*;
+pub use ort::*;
 pub use version::cuda_arena_version;
 
 /// The repository README's Rust examples, compiled and run as doctests so they stay true.

@@ -235,3 +235,63 @@ fn the_header_version_is_the_crate_version() {
     );
     assert!(header.contains(&line), "header lacks {line:?}");
 }
+
+#[test]
+fn the_header_compiles_before_and_after_onnx_runtimes_declarations_in_c_and_cpp() {
+    // Issue 12: the header only declares ORT's types, with typedefs ORT's own repeat.
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let lib = lib_dir();
+    for (compiler, std) in [("cc", "-std=c11"), ("c++", "-std=c++11")] {
+        for order in ["-DORT_AFTER", "-DORT_FIRST"] {
+            let out = std::env::temp_dir().join(format!(
+                "cuda-arena-header-{compiler}{order}-{}",
+                std::process::id()
+            ));
+            let mut cmd = Command::new(compiler);
+            if compiler == "c++" {
+                cmd.args(["-x", "c++"]);
+            }
+            let status = cmd
+                .args([std, "-Wall", "-Wextra", "-Werror", order, "-o"])
+                .arg(&out)
+                .arg(dir.join("tests/c/header_with_ort.c"))
+                .arg("-I")
+                .arg(dir.join("include"))
+                .arg("-I")
+                .arg(dir.join("tests/c"))
+                .arg("-L")
+                .arg(&lib)
+                .arg("-lcuda_arena")
+                .arg(format!("-Wl,-rpath,{}", lib.display()))
+                .status()
+                .expect("a compiler");
+            assert!(status.success(), "{compiler} {std} {order}");
+            let ran = Command::new(&out)
+                .env_remove("LD_LIBRARY_PATH")
+                .status()
+                .expect("runs");
+            assert!(
+                ran.success(),
+                "{compiler} {order}: a NULL api makes no view"
+            );
+            let _ = std::fs::remove_file(&out);
+        }
+    }
+}
+
+#[test]
+fn the_header_ort_api_versions_are_the_crates() {
+    let header = header();
+    for line in [
+        format!(
+            "#define CUDA_ARENA_ORT_MIN_API_VERSION {}",
+            cuda_arena_ort::MIN_ORT_API_VERSION
+        ),
+        format!(
+            "#define CUDA_ARENA_ORT_MAX_API_VERSION {}",
+            cuda_arena_ort::MAX_ORT_API_VERSION
+        ),
+    ] {
+        assert!(header.contains(&line), "header lacks {line:?}");
+    }
+}
