@@ -72,6 +72,8 @@ export interface Live {
   /** `allocatedSize` when it was made: it must not change while it lives. */
   size: bigint
   reserve: boolean
+  /** The stream it was allocated on (its id; 0: none). */
+  stream: bigint
   /** Bytes written at known offsets (host): what reads must give back. */
   bytes: Map<number, number> | null
 }
@@ -91,6 +93,8 @@ export class ArenaM {
   log: MemoryLog | null = null
   /** Whether a chunk may carry a stream tag (an allocation on a stream was made). */
   streamTagged = false
+  /** A memory pool's freed blocks, by address: the stream each was used on (0: none). */
+  readonly cached = new Map<bigint, bigint>()
 
   constructor(
     readonly id: string,

@@ -48,7 +48,7 @@ import {
   WEIRD_NAMES,
   WIDE_OFFSETS,
 } from './values'
-import { fail, windows, type World } from './world'
+import { fail, forgetStream, windows, type World } from './world'
 
 /** One operation, as data. */
 export interface Op {
@@ -267,7 +267,7 @@ function recordAlloc(w: World, a: ArenaM, obj: OrtAllocator, id: string, p: unkn
   if (requested !== req) fail('requested-size', `${id}: requestedSize ${requested}, asked ${req}`)
   const exactSize = asReserve || !a.isArena
   if (exactSize ? size !== req : size < ceil256(req) || size % 256n !== 0n) fail('allocated-size', `${id} (${a.kind}${asReserve ? ' reserve' : ''}): allocatedSize ${size} for ${req}`)
-  const live: Live = { id, addr: p, req, size, reserve: asReserve, bytes: a.factory.backend === 'host' ? new Map() : null }
+  const live: Live = { id, addr: p, req, size, reserve: asReserve, stream: 0n, bytes: a.factory.backend === 'host' ? new Map() : null }
   for (const b of w.reachable()) {
     for (const l of b.live.values()) {
       if (p < l.addr + l.size && l.addr < p + size) fail('no-overlap', `${id} [${p}, +${size}) in ${a.id} overlaps ${l.id} [${l.addr}, +${l.size}) in ${b.id}`)
@@ -351,10 +351,36 @@ function allocLike(w: World, op: Op, r: Result, kind: 'alloc' | 'reserve' | 'all
   const consumer = streamV ? (modelOf(w, streamV) as StreamM) : null
   if (consumer && a.kind === 'arena') a.streamTagged = true
   if (tags) checkStreamRule(w, a, tags, res.value as bigint, consumer, what)
+  if (a.kind === 'pool') checkPoolRule(w, a, t.obj, res.value as bigint, consumer, what)
+}
+
+/**
+ * The memory pool's rule (pool.rs): a freed block is reused by the stream it was used on, or
+ * by anyone once it has no stream. A block that came from the cache leaves `totalAllocated`
+ * as it was.
+ */
+function checkPoolRule(w: World, a: ArenaM, obj: OrtAllocator, p: bigint, consumer: StreamM | null, what: string): void {
+  const mine = consumer?.nativeId ?? 0n
+  const live = a.live.get(p)!
+  live.stream = mine
+  const tag = a.cached.get(p)
+  a.cached.delete(p)
+  if (tag === undefined || a.shared || !a.last) return
+  if (tag === 0n || tag === mine) {
+    streamRuleSeen.poolReuse += 1
+    return
+  }
+  w.apiCalls += 1
+  if (obj.getStats().totalAllocated !== a.last.totalAllocated) {
+    streamRuleSeen.poolRefused += 1
+    return
+  }
+  const owner = [...w.streams.values()].find((x) => x.nativeId === tag)
+  fail('stream-reuse', `${what} reused the pool's block at ${p}, freed on stream ${owner?.id ?? tag}, ${consumer ? `for stream ${consumer.id}` : 'without a stream'}`)
 }
 
 /** How often a tagged chunk was taken, by which part of the rule (to see the check is exercised). */
-export const streamRuleSeen = { ownStream: 0, afterWait: 0 }
+export const streamRuleSeen = { ownStream: 0, afterWait: 0, poolReuse: 0, poolRefused: 0 }
 
 /** The memory log of `a` as it is now (read again if the cached one is stale). */
 function tagLog(w: World, a: ArenaM): import('../../ts/index').MemoryLog | null {
@@ -439,6 +465,7 @@ function execFree(w: World, op: Op, r: Result): void {
   r.outcome = 'ok'
   if (live) {
     a.live.delete(live.addr)
+    if (a.kind === 'pool') a.cached.set(live.addr, live.stream)
     touch(a, r)
   }
 }
@@ -603,6 +630,7 @@ function execReset(w: World, op: Op, r: Result): void {
   }
   a.log = null
   const m = modelOf(w, op.args[0]) as StreamM
+  forgetStream(a, m.nativeId)
   if (a.kind !== 'pool' && !a.shared) {
     w.apiCalls += 1
     const log = t.obj.memoryLog()
@@ -1858,7 +1886,7 @@ function genTrace(g: Prng, streams: number): import('../../ts/index').TraceInput
  * ordinary operations; without the wait, T must not take it.
  */
 function genHandoff(w: World, g: Prng): Op | null {
-  const hs = [...w.handles.values()].filter((h) => h.obj && !h.released && h.arena.kind === 'arena' && !h.arena.shared)
+  const hs = [...w.handles.values()].filter((h) => h.obj && !h.released && h.arena.streamAware && !h.arena.shared)
   if (!hs.length) return null
   const h = g.pick(hs)
   const fit = liveStreams(w, h.copy).filter((s) => s.backend === h.arena.factory.backend && s.device === h.arena.device)
@@ -1880,7 +1908,7 @@ function genHandoff(w: World, g: Prng): Op | null {
   } else if (g.chance(0.85)) {
     ops.push({ op: 'stream.wait', t: T.id, args: [{ ref: ev }] })
   }
-  ops.push({ op: 'allocOnStream', t: h.id, args: [size, { ref: T.id }], out: w.id('a') })
+  ops.push({ op: 'allocOnStream', t: h.id, args: [size, { ref: g.chance(0.8) ? T.id : S.id }], out: w.id('a') })
   w.queue.push(...ops.slice(1))
   return ops[0]
 }

@@ -156,7 +156,10 @@ export class World {
   /** A stream released: its chunks are reset in every arena (their logs change). */
   releaseStream(s: StreamM): void {
     s.released = true
-    for (const a of this.arenas()) a.log = null
+    for (const a of this.arenas()) {
+      a.log = null
+      forgetStream(a, s.nativeId)
+    }
   }
 
   /** Live stream ids: the only ones a chunk may still be tagged with. */
@@ -415,4 +418,11 @@ export function logDiff(before: MemoryLog, after: MemoryLog): string {
     }
   }
   return `bins ${show(before.bins)} → ${show(after.bins)}`
+}
+
+/** A pool's blocks used on stream `id` become anyone's (a stream released or reset there). */
+export function forgetStream(a: ArenaM, id: bigint): void {
+  if (a.kind !== 'pool') return
+  for (const [addr, s] of a.cached) if (s === id) a.cached.set(addr, 0n)
+  for (const l of a.live.values()) if (l.stream === id) l.stream = 0n
 }
