@@ -38,6 +38,38 @@ pub struct EpAllocator {
     pub warnings: Vec<String>,
 }
 
+/// A view handed to ORT, owned here: a raw pointer from `Box::into_raw`, so moving it around
+/// the map never invalidates the `OrtAllocator*` ORT holds.
+struct OwnedView(NonNull<OrtAllocatorView>);
+
+// SAFETY: the view is `Send + Sync`; this is its owner.
+unsafe impl Send for OwnedView {}
+
+impl OwnedView {
+    fn new(view: Box<OrtAllocatorView>) -> Self {
+        OwnedView(NonNull::from(Box::leak(view)))
+    }
+
+    fn get(&self) -> &OrtAllocatorView {
+        // SAFETY: owned and alive until `into_box` or drop.
+        unsafe { self.0.as_ref() }
+    }
+
+    fn into_box(self) -> Box<OrtAllocatorView> {
+        let p = self.0;
+        std::mem::forget(self);
+        // SAFETY: from `Box::leak` in `new`, taken back once.
+        unsafe { Box::from_raw(p.as_ptr()) }
+    }
+}
+
+impl Drop for OwnedView {
+    fn drop(&mut self) {
+        // SAFETY: from `Box::leak` in `new`, freed once.
+        drop(unsafe { Box::from_raw(self.0.as_ptr()) });
+    }
+}
+
 /// The allocators one plugin EP factory hands to ORT; see the module docs.
 pub struct EpAllocators {
     factory: Arc<Factory>,
@@ -46,7 +78,7 @@ pub struct EpAllocators {
     on_error: Option<fn(&ArenaError)>,
     /// The views handed out and not released, by address: a release of anything else is
     /// refused without touching it.
-    views: Mutex<BTreeMap<usize, Box<OrtAllocatorView>>>,
+    views: Mutex<BTreeMap<usize, OwnedView>>,
 }
 
 // SAFETY: the logger is the host's, which ORT lets any thread use; the rest is `Sync`.
@@ -164,7 +196,8 @@ impl EpAllocators {
                 )
             };
         }
-        let p = view.as_ptr();
+        let view = OwnedView::new(view);
+        let p = view.get().as_ptr();
         self.views.lock().insert(p.addr(), view);
         Ok(EpAllocator {
             allocator: NonNull::new(p).ok_or_else(|| ArenaError::InvalidArgument {
@@ -202,6 +235,7 @@ impl EpAllocators {
             .views
             .lock()
             .values()
+            .map(OwnedView::get)
             .filter(|v| v.memory().device_id == device)
             .filter_map(|v| v.streams())
             .collect();
@@ -223,8 +257,8 @@ impl Drop for EpAllocators {
         // until exit, so a late call from ORT fails safely instead of reading freed memory.
         let views = std::mem::take(&mut *self.views.lock());
         for (_, view) in views {
-            view.release();
-            crate::keep_until_exit(view);
+            view.get().release();
+            crate::keep_until_exit(view.into_box());
         }
     }
 }

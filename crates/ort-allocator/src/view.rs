@@ -159,9 +159,10 @@ impl OrtAllocatorView {
         }))
     }
 
-    /// The `OrtAllocator*` to hand to ORT; valid while this view is.
+    /// The `OrtAllocator*` to hand to ORT; valid while this view is. Made from the whole view
+    /// (not its first field), so the callbacks may reach every field through it.
     pub fn as_ptr(&self) -> *mut OrtAllocator {
-        std::ptr::from_ref(&self.ort).cast_mut()
+        std::ptr::from_ref(self).cast::<OrtAllocator>().cast_mut()
     }
 
     /// The view behind an `OrtAllocator*` from [`OrtAllocatorView::as_ptr`].
