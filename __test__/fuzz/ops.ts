@@ -1370,7 +1370,7 @@ function genInfo(g: Prng, f: FactoryM): V {
   ])
   const o: Record<string, V> = { name: str(name) }
   if (name !== 'Cpu' || g.chance(0.3)) {
-    if (devs.length && (name !== 'Cpu' || g.chance(0.5))) o.deviceId = num(name === 'Cpu' ? 0 : g.pick(devs))
+    if (devs.length && (name !== 'Cpu' || g.chance(0.5))) o.deviceId = num(name === 'Cpu' ? g.pick([0, -0]) : g.pick(devs))
   }
   if (g.chance(0.15)) o.type = str('readonly')
   else if (g.chance(0.1)) o.type = str('device')
@@ -1651,6 +1651,7 @@ function generateOnce(w: World, g: Prng, opts: { gc: boolean }): Op | null {
       const devs = fr.model.devices.length
       const d = g.weighted<V>([
         [10, num(g.int(devs))],
+        [1, num(-0)],
         [name === 'factory.createStream' ? 3 : 0, UNDEF],
         [1, num(devs)],
         [1, num(g.pick([-1, 0.5, 1.9, Number.NaN, 2 ** 32, 2 ** 32 + 1]))],
