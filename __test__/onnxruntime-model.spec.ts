@@ -3,7 +3,8 @@
 // it describes, and the same seed gives the same bytes.
 import test from 'ava'
 import { INPUT, OUTPUT, TEST_MODEL, modelBytes, modelInput, modelWeights, referenceOutput, writeModel } from './ort/model'
-import { ort, ortTest } from './ort/runtime'
+import { ort } from './ort/runtime'
+import { ortTest } from './ort/test'
 
 ortTest("the test model runs on ONNX Runtime's CPU provider and gives the output computed in JS", async (t) => {
   const { InferenceSession, Tensor } = ort()

@@ -3,7 +3,10 @@
  * stable `code`s. Messages may change; codes do not. Errors from the native layer already
  * carry their code; this module makes the ones raised in TypeScript the same way. One more
  * code, `ERR_NO_NATIVE_BINDING` (platform.ts), comes from loading the package itself, before
- * any native code runs, so the Rust and C lists do not have it.
+ * any native code runs, so the Rust and C lists do not have it. The ONNX Runtime
+ * integration's codes, {@link ORT_ERROR_CODES}, are the Node binding's own (raised by
+ * `useWithOnnxRuntime` and `bindings/node/src/ort.rs`, never by the arena), so they are a list
+ * of their own, which the binding's `ortErrorCodes()` must match.
  */
 
 /** Every error code, in the order DESIGN.md lists them. */
@@ -34,6 +37,36 @@ export const ERR_ARENA_RELEASED = 'ERR_ARENA_RELEASED'
 export const ERR_NO_CUDA = 'ERR_NO_CUDA'
 /** `ERR_CUDA`: a CUDA driver error; the message has the `CUresult` name. */
 export const ERR_CUDA = 'ERR_CUDA'
+
+/** The codes of the ONNX Runtime integration (`useWithOnnxRuntime`), in the order the README lists them. */
+export const ORT_ERROR_CODES = ['ERR_ORT_NOT_FOUND', 'ERR_ORT_LOAD', 'ERR_ORT_VERSION', 'ERR_ORT_REFUSED'] as const
+
+/** One of {@link ORT_ERROR_CODES}. */
+export type OrtErrorCode = (typeof ORT_ERROR_CODES)[number]
+
+/**
+ * `ERR_ORT_NOT_FOUND`: onnxruntime-node cannot be resolved from cuda-arena's location (not
+ * installed), or its ONNX Runtime library is not loaded in this process.
+ */
+export const ERR_ORT_NOT_FOUND = 'ERR_ORT_NOT_FOUND'
+/** `ERR_ORT_LOAD`: the ONNX Runtime library cannot be loaded or is not one (no `OrtGetApiBase`). */
+export const ERR_ORT_LOAD = 'ERR_ORT_LOAD'
+/** `ERR_ORT_VERSION`: no ONNX Runtime API version that both the library and cuda-arena support (or the one asked for is not). */
+export const ERR_ORT_VERSION = 'ERR_ORT_VERSION'
+/** `ERR_ORT_REFUSED`: ONNX Runtime refused the registration (its own message is included), e.g. another allocator is registered for the memory info. */
+export const ERR_ORT_REFUSED = 'ERR_ORT_REFUSED'
+
+/** An error of the ONNX Runtime integration, with a stable {@link OrtErrorCode}. */
+export interface OrtError extends Error {
+  readonly code: OrtErrorCode
+}
+
+/** Makes an `Error` with an ONNX Runtime integration `code`. */
+export function ortError(code: OrtErrorCode, message: string, options?: { cause?: unknown }): OrtError {
+  const err = new Error(message, { cause: options?.cause })
+  Object.defineProperty(err, 'code', { value: code, enumerable: true })
+  return err as OrtError
+}
 
 /** An error with a stable {@link ArenaErrorCode}. */
 export interface ArenaError extends Error {

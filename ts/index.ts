@@ -17,6 +17,8 @@ export type { TraceOp, TraceInput, ReplayReport } from './trace'
 export type * from './types'
 export { cLibrary, packageVersion, platformId, prebuiltPlatforms, ERR_NO_NATIVE_BINDING } from './platform'
 export type { CLibrary } from './platform'
+export { useWithOnnxRuntime, nativeOrtErrorCodes } from './onnxruntime'
+export type { OnnxRuntimeMemoryInfo, OnnxRuntimeOptions, OnnxRuntimeRegistration, OnnxRuntimeSessionOptions } from './onnxruntime'
 
 /** The GPUs the CUDA driver reports; `[]` without a driver. Never throws. */
 export function devices(): DeviceInfo[] {

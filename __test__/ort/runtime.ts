@@ -1,9 +1,7 @@
 /**
- * onnxruntime-node for the tests: an optional peer dependency, so the tests that need it skip
- * when it cannot be loaded, unless `CUDA_ARENA_REQUIRE_ORT=1` (set by CI), which makes them
- * run and fail saying why.
+ * onnxruntime-node for the tests and the benchmark: an optional peer dependency, loaded if it
+ * can be. See `test.ts` for how tests skip without it.
  */
-import test from 'ava'
 import type * as Ort from 'onnxruntime-node'
 
 /** Why onnxruntime-node could not be loaded, or undefined when it was. */
@@ -15,15 +13,11 @@ try {
   loadError = e
 }
 
-const required = process.env.CUDA_ARENA_REQUIRE_ORT === '1'
+/** Whether onnxruntime-node loaded. */
+export const ortAvailable = loaded !== undefined
 
-/** `test` when onnxruntime-node loads (or is required), else `test.skip`. */
-export const ortTest = loaded !== undefined || required ? test : test.skip
-
-/** onnxruntime-node; throws (failing the test) when it could not be loaded. */
+/** onnxruntime-node; throws when it could not be loaded. */
 export function ort(): typeof Ort {
-  if (loaded === undefined) {
-    throw new Error(`onnxruntime-node could not be loaded (CUDA_ARENA_REQUIRE_ORT=1 makes that a failure): ${String(loadError)}`)
-  }
+  if (loaded === undefined) throw new Error(`onnxruntime-node could not be loaded: ${String(loadError)}`)
   return loaded
 }

@@ -15,5 +15,6 @@ mod factory;
 mod fast;
 mod functions;
 mod handles;
+mod ort;
 mod replay;
 mod stream;
