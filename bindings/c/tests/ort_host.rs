@@ -132,7 +132,9 @@ fn slots_header() -> String {
 #[test]
 fn a_c_host_runs_a_model_through_the_registered_view_with_identical_outputs_and_arena_stats() {
     let Some(ort) = ort_library() else { return };
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ort-host");
+    // One directory per process: test runs sharing the target directory do not meet.
+    let dir =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("ort-host-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a scratch directory");
     std::fs::write(dir.join("ort_slots.h"), slots_header()).expect("header");
     let model = dir.join("mlp.onnx");
@@ -146,7 +148,7 @@ fn a_c_host_runs_a_model_through_the_registered_view_with_identical_outputs_and_
 
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let lib = lib_dir();
-    let exe = dir.join(format!("ort_host-{}", std::process::id()));
+    let exe = dir.join("ort_host");
     let status = Command::new("cc")
         .args(["-std=c11", "-g", "-Wall", "-Wextra", "-Werror", "-o"])
         .arg(&exe)
@@ -185,7 +187,7 @@ fn a_c_host_runs_a_model_through_the_registered_view_with_identical_outputs_and_
         "{}\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
         out.status
     );
-    let _ = std::fs::remove_file(&exe);
+    let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(
         onnx_model::weight_bytes(&WIDTHS),
         6_300_672,
