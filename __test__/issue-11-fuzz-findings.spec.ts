@@ -86,3 +86,32 @@ test.serial('device limits inherited from Object.prototype do not reach devices 
   }
   t.truthy(f.createAllocator({ name: 'Cuda', deviceId: 1 }).alloc(453), 'no 1-byte allocation limit')
 })
+
+// Found by the fuzzer's wrong-`this` operation: a method taken off its object (passed as a
+// callback, destructured) threw an uncoded TypeError from inside the library.
+test('a method called on anything but its own object throws ERR_ARENA_INVALID_ARGUMENT', (t) => {
+  const f = factory('virtual')
+  const a = f.createAllocator({ name: 'Cuda' })
+  const s = f.createStream()
+  const p = a.alloc(256)!
+  const before = snapshot(a)
+  const calls: [string, Function, unknown[], unknown][] = [
+    ['alloc', a.alloc, [100], s],
+    ['free', a.free, [p], s],
+    ['getStats', a.getStats, [], s],
+    ['withStream', a.withStream, [s], s],
+    ['write', a.write, [p, new Uint8Array(1)], s],
+    ['createAllocator', f.createAllocator, [{ name: 'Cuda' }], a],
+    ['deviceStats', f.deviceStats, [0], a],
+    ['releaseAllocator', f.releaseAllocator, [a], a],
+    ['record', s.record, [], a],
+    ['release', s.release, [], a],
+  ]
+  for (const [what, method, args, other] of calls) {
+    for (const [on, self] of [['undefined', undefined], ['{}', {}], ['an object of another class', other]] as const) {
+      throwsCode(t, () => (method as (...x: unknown[]) => unknown).apply(self, args), 'ERR_ARENA_INVALID_ARGUMENT', `${what} on ${on}`)
+    }
+  }
+  t.deepEqual(snapshot(a), before, 'nothing was allocated or freed')
+  t.truthy(s.record(), 'the stream was not released')
+})

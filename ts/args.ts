@@ -120,3 +120,11 @@ export function instance<T>(name: string, v: unknown, type: abstract new (...arg
   if (!guard(name, () => v instanceof type)) throw invalidArgument(name, v, why)
   return v as T
 }
+
+/**
+ * The error for a method called on something that is not its object (taken off it, passed
+ * as a callback): JavaScript would throw an uncoded TypeError from inside the method.
+ */
+export function wrongThis(self: unknown, what: string): Error {
+  return invalidArgument('this', self, `must be ${what} (was a method called off its object?)`)
+}

@@ -2,7 +2,7 @@
 import { native, type Native } from './native'
 import { toPairLists } from './config'
 import { arenaError, describe, ERR_ARENA_INVALID_ARGUMENT, invalidArgument } from './errors'
-import { array, bool, fn, instance, int, MAX_U32, MAX_U64, obj, options as optionsArg, optInt, own, ownEntries } from './args'
+import { array, bool, fn, instance, int, MAX_U32, MAX_U64, obj, options as optionsArg, optInt, own, ownEntries, wrongThis } from './args'
 import { AllocatorImpl } from './allocator-impl'
 import { StreamImpl } from './stream-impl'
 import type { AllocatorOptions, Backend, DeviceStats, FactoryOptions, Logger, MemoryInfo, OrtAllocator, Stream } from './types'
@@ -45,6 +45,12 @@ export class AllocatorFactory {
   readonly #native: Native.NativeFactory
   readonly #logger: Logger
 
+  /** `self` (a method's `this`) as a factory, or a coded error. */
+  static #self(self: unknown): AllocatorFactory {
+    if (typeof self !== 'object' || self === null || !(#native in self)) throw wrongThis(self, 'an AllocatorFactory')
+    return self
+  }
+
   constructor(options: FactoryOptions = {}) {
     const given = optionsArg('options', options)
     ownEntries('options', given, ['name', 'backend', 'devices', 'logger'])
@@ -69,29 +75,34 @@ export class AllocatorFactory {
 
   /** The factory's process-wide name. */
   get name(): string {
-    return this.#native.name()
+    const self = AllocatorFactory.#self(this)
+    return self.#native.name()
   }
 
   /** The backend. */
   get backend(): Backend {
-    return this.#native.backend() as Backend
+    const self = AllocatorFactory.#self(this)
+    return self.#native.backend() as Backend
   }
 
   /** Number of devices. */
   get deviceCount(): number {
-    return this.#native.deviceCount()
+    const self = AllocatorFactory.#self(this)
+    return self.#native.deviceCount()
   }
 
   /** The shared allocator for `info` (created on first use), one more user. */
   createAllocator(info: MemoryInfo, options?: AllocatorOptions): OrtAllocator {
-    return this.#create(info, options, false)
+    const self = AllocatorFactory.#self(this)
+    return self.#create(info, options, false)
   }
 
   /** With `{ replace: true }`, a new shared allocator with `options` replaces the current one. */
   createSharedAllocator(info: MemoryInfo, options: AllocatorOptions | undefined, flags: { replace: boolean }): OrtAllocator {
+    const self = AllocatorFactory.#self(this)
     const f = obj('flags', flags)
     ownEntries('flags', f, ['replace'])
-    return this.#create(info, options, bool('flags.replace', own(f, 'replace')))
+    return self.#create(info, options, bool('flags.replace', own(f, 'replace')))
   }
 
   #create(info: unknown, options: unknown, replace: boolean): OrtAllocator {
@@ -117,17 +128,20 @@ export class AllocatorFactory {
 
   /** One user fewer; the last release destroys the allocator. Using `allocator` after throws `ERR_ARENA_RELEASED`. */
   releaseAllocator(allocator: OrtAllocator): void {
-    this.#native.releaseAllocator(instance('allocator', allocator, AllocatorImpl, 'must come from createAllocator').native)
+    const self = AllocatorFactory.#self(this)
+    self.#native.releaseAllocator(instance('allocator', allocator, AllocatorImpl, 'must come from createAllocator').native)
   }
 
   /** Calls that reached the raw allocator of device `deviceId`. */
   deviceStats(deviceId: number): DeviceStats {
-    const s = this.#native.deviceStats(int('deviceId', deviceId, 0, MAX_U32))
+    const self = AllocatorFactory.#self(this)
+    const s = self.#native.deviceStats(int('deviceId', deviceId, 0, MAX_U32))
     return { ...s, free: s.free ?? undefined, total: s.total ?? undefined }
   }
 
   /** A stream on device `deviceId`. */
   createStream(deviceId: number = 0): Stream {
-    return new StreamImpl(this.#native.createStream(int('deviceId', deviceId, 0, MAX_U32)))
+    const self = AllocatorFactory.#self(this)
+    return new StreamImpl(self.#native.createStream(int('deviceId', deviceId, 0, MAX_U32)))
   }
 }

@@ -2,11 +2,14 @@
 import type { Native } from './native'
 import type { Stream, StreamEvent } from './types'
 import { arenaError, ERR_ARENA_RELEASED } from './errors'
-import { instance } from './args'
+import { instance, wrongThis } from './args'
 
 class StreamEventImpl implements StreamEvent {
+  /** Marks this class's objects (a method called on anything else gets a coded error). */
+  readonly #event = true
   constructor(readonly native: Native.NativeEvent) {}
   get syncId(): bigint {
+    if (typeof this !== 'object' || this === null || !(#event in this)) throw wrongThis(this, 'an event from stream.record()')
     return this.native.syncId()
   }
 }
@@ -15,26 +18,40 @@ class StreamEventImpl implements StreamEvent {
 export class StreamImpl implements Stream {
   /** The native handle's number (what the fast path is given). */
   readonly handle: number
+  /** Marks this class's objects (a method called on anything else gets a coded error). */
+  readonly #stream = true
   constructor(readonly native: Native.NativeStream) {
     this.handle = native.handle()
   }
+
+  /** `self` (a method's `this`) as a stream, or a coded error. */
+  static #self(self: unknown): StreamImpl {
+    if (typeof self !== 'object' || self === null || !(#stream in self)) throw wrongThis(self, 'a stream from factory.createStream()')
+    return self
+  }
   get deviceId(): number {
-    return this.native.deviceId()
+    const self = StreamImpl.#self(this)
+    return self.native.deviceId()
   }
   get id(): bigint {
-    return this.native.id()
+    const self = StreamImpl.#self(this)
+    return self.native.id()
   }
   record(): StreamEvent {
-    return new StreamEventImpl(this.native.record())
+    const self = StreamImpl.#self(this)
+    return new StreamEventImpl(self.native.record())
   }
   wait(event: StreamEvent): void {
-    this.native.wait(instance('event', event, StreamEventImpl, 'must come from stream.record()').native)
+    const self = StreamImpl.#self(this)
+    self.native.wait(instance('event', event, StreamEventImpl, 'must come from stream.record()').native)
   }
   synchronize(): void {
-    this.native.synchronize()
+    const self = StreamImpl.#self(this)
+    self.native.synchronize()
   }
   release(): void {
-    this.native.release()
+    const self = StreamImpl.#self(this)
+    self.native.release()
   }
 }
 

@@ -1166,6 +1166,60 @@ function execPairNs(w: World, op: Op, r: Result): void {
   touch(a!, r)
 }
 
+// ---------------------------------------------------------------- wrong `this`
+
+/** Methods by class, with arguments that would be valid on their own object. */
+const WRONG_THIS: Record<string, 'allocator' | 'factory' | 'stream' | 'event'> = {
+  alloc: 'allocator', free: 'allocator', reserve: 'allocator', info: 'allocator', getStats: 'allocator', getStatsRaw: 'allocator',
+  memoryLog: 'allocator', withStream: 'allocator', allocatedSize: 'allocator', requestedSize: 'allocator', write: 'allocator',
+  read: 'allocator', fill: 'allocator', createAllocator: 'factory', createSharedAllocator: 'factory', releaseAllocator: 'factory',
+  deviceStats: 'factory', createStream: 'factory', 'get name': 'factory', 'get backend': 'factory', 'get deviceCount': 'factory',
+  record: 'stream', wait: 'stream', synchronize: 'stream', release: 'stream', 'get id': 'stream', 'get deviceId': 'stream', 'get syncId': 'event',
+}
+
+/** A method taken off its object and called on something else: a coded error, nothing changes. */
+function execWrongThis(w: World, op: Op, r: Result): void {
+  const name = (op.args[0] as { s: string }).s
+  const owner = modelOf(w, op.args[1])
+  if (!owner?.obj) return skip()
+  const self = resolve(w, op.args[2])
+  const args = op.args.slice(3).map((v) => resolve(w, v))
+  const proto = Object.getPrototypeOf(owner.obj) as object
+  const fn = name.startsWith('get ') ? Object.getOwnPropertyDescriptor(proto, name.slice(4))!.get! : (proto as Record<string, (...a: unknown[]) => unknown>)[name]
+  const cls = owner instanceof FactoryRef ? 'AllocatorFactory' : owner instanceof StreamM ? 'Stream' : owner instanceof EventM ? 'StreamEvent' : 'OrtAllocator'
+  const res = call(w, `${cls}.prototype.${name}.call(${showV(op.args[2])})`, [IA], false, () => fn.apply(self, args))
+  r.outcome = res.ok ? 'ok' : res.code
+}
+
+function genWrongThis(w: World, g: Prng): Op | null {
+  const name = g.pick(Object.keys(WRONG_THIS))
+  const cls = WRONG_THIS[name]
+  const byClass = {
+    allocator: [...w.handles.values()].filter((h) => h.obj),
+    factory: [...w.factories.values()],
+    stream: [...w.streams.values()].filter((s) => s.obj),
+    event: [...w.events.values()].filter((e) => e.obj),
+  }
+  const owners = byClass[cls]
+  if (!owners.length) return null
+  const owner = g.pick(owners as { id: string; copy: number }[])
+  // Anything but an object of the owner's own class (and copy): the other classes, another copy's, a view, a weird value.
+  const others = (Object.keys(byClass) as (keyof typeof byClass)[]).flatMap((k) =>
+    (byClass[k] as { id: string; copy: number; obj?: unknown }[]).filter((o) => (k !== cls || o.copy !== owner.copy) && (o.obj ?? true)),
+  )
+  const views = cls === 'allocator' ? [...w.views.values()].filter((v) => v.obj) : []
+  const self = g.weighted<V>([
+    [2, UNDEF],
+    [1, NULL],
+    [1, { o: {} }],
+    [others.length ? 4 : 0, others.length ? { ref: g.pick(others).id } : UNDEF],
+    [views.length ? 2 : 0, views.length ? { ref: g.pick(views).id } : UNDEF],
+    [2, anyWeird(g)],
+  ])
+  const args: V[] = cls === 'allocator' ? [num(256), NULL] : cls === 'factory' ? [{ o: { name: str('Cuda') } }] : []
+  return { op: 'wrongThis', args: [str(name), { ref: owner.id }, self, ...args] }
+}
+
 // ---------------------------------------------------------------- lifetimes
 
 /** Drops the run's references to an object (and to the views that hold it) without a release. */
@@ -1238,6 +1292,7 @@ export const EXEC: Record<string, Exec> = {
   'fn.mixedTrace': execMixedTrace,
   'fn.replayTrace': execReplay,
   'fn.nativePairNs': execPairNs,
+  wrongThis: execWrongThis,
   'gc.drop': execDrop,
   'gc.collect': execCollect,
 }
@@ -1616,6 +1671,7 @@ function generateOnce(w: World, g: Prng, opts: { gc: boolean }): Op | null {
     [0.4, 'fn.replayTrace'],
     [0.2, 'fn.nativePairNs'],
     [1.2, 'scenario.handoff'],
+    [0.6, 'wrongThis'],
     [opts.gc ? 1.5 : 0, 'gc.drop'],
     [opts.gc ? 0.6 : 0, 'gc.collect'],
   ])
@@ -1768,6 +1824,8 @@ function generateOnce(w: World, g: Prng, opts: { gc: boolean }): Op | null {
     }
     case 'scenario.handoff':
       return genHandoff(w, g)
+    case 'wrongThis':
+      return genWrongThis(w, g)
     case 'gc.drop':
       return genDrop(w, g)
     case 'gc.collect':
