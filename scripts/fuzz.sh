@@ -2,7 +2,8 @@
 # Full fuzzing of the cargo-fuzz targets in fuzz/ (docs/fuzzing.md says what they check).
 # Runs each target for SECONDS on one core, starting from the committed corpus, then merges
 # what the run found into fuzz/corpus/<target>/ keeping only inputs that add coverage
-# (libFuzzer's -merge=1; the hand-written seed-* files always stay).
+# (libFuzzer's -merge=1; the hand-written seed-* files and the finding-* reproducers of
+# past findings always stay).
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]     default: 600 seconds each, every target
 #
@@ -45,17 +46,18 @@ for t in "${targets[@]}"; do
   # The number of inputs run is libFuzzer's stat::number_of_executed_units.
   grep -E '^stat::number_of_executed_units' "work/$t.log" || true
 
-  # Merge into a fresh copy of the seeds: an input stays only if it adds an edge of
+  # Merge into a fresh copy of the seeds and findings: an input stays only if it adds an edge of
   # coverage (-use_counters=0: hit counts would keep thousands of inputs). The full corpus
   # stays in work/ for the next run.
   merged=$(mktemp -d)
-  cp corpus/"$t"/seed-* "$merged"/
+  find corpus/"$t" -maxdepth 1 -type f \( -name 'seed-*' -o -name 'finding-*' \) \
+    -exec cp {} "$merged"/ \;
   old=$(mktemp -d)
-  find corpus/"$t" -maxdepth 1 -type f ! -name 'seed-*' -exec cp {} "$old"/ \;
+  find corpus/"$t" -maxdepth 1 -type f ! -name 'seed-*' ! -name 'finding-*' -exec cp {} "$old"/ \;
   cargo +nightly fuzz run "${flags[@]}" "$t" "$merged" "$old" "$work" -- -merge=1 -use_counters=0 \
     -max_len="${max_len[$t]:-4096}" >"work/$t.merge.log" 2>&1
-  find corpus/"$t" -maxdepth 1 -type f ! -name 'seed-*' -delete
-  find "$merged" -maxdepth 1 -type f ! -name 'seed-*' -exec cp {} corpus/"$t"/ \;
+  find corpus/"$t" -maxdepth 1 -type f ! -name 'seed-*' ! -name 'finding-*' -delete
+  find "$merged" -maxdepth 1 -type f ! -name 'seed-*' ! -name 'finding-*' -exec cp {} corpus/"$t"/ \;
   rm -rf "$merged" "$old"
   echo "== $t: corpus now $(find corpus/"$t" -type f | wc -l) files, $(cat corpus/"$t"/* | wc -c) bytes"
 done
