@@ -22,6 +22,7 @@ const ORDERS: [string, string][] = [
   ['RSXURSNXU', 'register, session, release, unregister, register again, session, run, release, unregister'],
   ['RSGNX', 'register, session, drop and collect the registration object, run, release, exit registered'],
   ['WRSNXU', 'a worker registers, runs and unregisters and ends; then the main thread does the same'],
+  ['wRSNXU', 'a worker registers, runs and ends without unregistering; its registration goes with it, and the main thread registers'],
   ['RSNVNXU', 'the main thread registers and runs; a worker’s registration of the same memory info is refused, the main one stays'],
 ]
 

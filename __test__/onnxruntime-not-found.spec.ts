@@ -30,7 +30,8 @@ function fakePackage(main: string, withLibrary: boolean): string {
 
 /**
  * Runs useWithOnnxRuntime in a child whose resolution of `onnxruntime-node…` goes to `root`
- * (or fails, for `undefined`); prints the error's code, then whether a factory allocates.
+ * (or fails, for `undefined`); prints the error's code, the code of a call with an invalid config
+ * (refused before onnxruntime-node is looked for), then whether a factory allocates.
  */
 function child(root: string | undefined): string[] {
   const preload = join(mkdtempSync(join(tmpdir(), 'ort-preload-')), 'preload.js')
@@ -51,6 +52,7 @@ function child(root: string | undefined): string[] {
     const { AllocatorFactory, useWithOnnxRuntime } = require(${JSON.stringify(INDEX)})
     const f = new AllocatorFactory({ name: 'not-found', backend: 'host' })
     try { useWithOnnxRuntime(f, { name: 'Cpu' }); console.log('registered') } catch (e) { console.log(e.code) }
+    try { useWithOnnxRuntime(f, { name: 'Cpu' }, { 'arena.extend_strategy': '7' }) } catch (e) { console.log(e.code) }
     const a = f.createAllocator({ name: 'Cpu' })
     a.free(a.alloc(1000))
     f.releaseAllocator(a)
@@ -60,15 +62,15 @@ function child(root: string | undefined): string[] {
   return r.stdout.trim().split('\n')
 }
 
-test('without onnxruntime-node, useWithOnnxRuntime is ERR_ORT_NOT_FOUND and the rest of cuda-arena works', (t) => {
-  t.deepEqual(child(undefined), ['ERR_ORT_NOT_FOUND', 'works'])
+test('without onnxruntime-node, useWithOnnxRuntime is ERR_ORT_NOT_FOUND, a bad config still ERR_ARENA_INVALID_CONFIG, and the rest of cuda-arena works', (t) => {
+  t.deepEqual(child(undefined), ['ERR_ORT_NOT_FOUND', 'ERR_ARENA_INVALID_CONFIG', 'works'])
 })
 
 ortTest('an onnxruntime-node whose ONNX Runtime library is not loaded is ERR_ORT_NOT_FOUND', (t) => {
   t.true(ortAvailable, 'needs the real library to link to')
-  t.deepEqual(child(fakePackage('module.exports = {}', true)), ['ERR_ORT_NOT_FOUND', 'works'])
+  t.deepEqual(child(fakePackage('module.exports = {}', true)), ['ERR_ORT_NOT_FOUND', 'ERR_ARENA_INVALID_CONFIG', 'works'])
 })
 
 test('an onnxruntime-node that fails to load is ERR_ORT_LOAD', (t) => {
-  t.deepEqual(child(fakePackage("throw new Error('no binding for this platform')", false)), ['ERR_ORT_LOAD', 'works'])
+  t.deepEqual(child(fakePackage("throw new Error('no binding for this platform')", false)), ['ERR_ORT_LOAD', 'ERR_ARENA_INVALID_CONFIG', 'works'])
 })

@@ -220,6 +220,26 @@ ortSerial('Cuda and CudaPinned registrations are accepted by ONNX Runtime, and C
   }
 })
 
+ortSerial('options configure the registered arena, typed or raw', async (t) => {
+  for (const options of [{ maxMem: 64 << 20 }, { 'arena.max_mem': String(64 << 20) }]) {
+    const run = await runOnFactory(factory('host'), { runs: 1, options })
+    t.is(run.created.limit, BigInt(64 << 20))
+  }
+})
+
+ortSerial('an arena too small for the weights makes session creation fail with ONNX Runtime’s error, and the arena stays usable', async (t) => {
+  const f = factory('host')
+  await withRegistration(useWithOnnxRuntime(f, { name: 'Cpu' }, { maxMem: 1 << 20 }), async (reg) => {
+    // ONNX Runtime logs the failed allocation as an error; only fatal messages here.
+    await t.throwsAsync(createSession(reg, { logSeverityLevel: 4 }))
+    const stats = reg.allocator.getStats()
+    t.is(stats.inUse, 0n, 'what ONNX Runtime got before failing was freed')
+    const p = reg.allocator.alloc(1000)
+    t.truthy(p)
+    reg.allocator.free(p)
+  })
+})
+
 test('invalid arguments are ERR_ARENA_INVALID_ARGUMENT, invalid options ERR_ARENA_INVALID_CONFIG, before anything is loaded or registered', (t) => {
   const f = factory('host')
   const cases: [string, () => unknown, string][] = [

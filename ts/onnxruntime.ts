@@ -12,7 +12,8 @@
  *
  * Lifetime: sessions created before `unregister()` keep allocating from the view, and
  * onnxruntime-node never releases sessions still open at exit, so the view and the arena user it
- * holds live until the process exits; `unregister()` only stops new sessions from taking it.
+ * holds live until the process exits; `unregister()` only stops new sessions from taking it. A
+ * registration still in force when the thread that made it ends (a worker) is unregistered then.
  *
  * onnxruntime-node is an optional peer dependency: nothing here loads it until this is called.
  */
@@ -166,6 +167,8 @@ export function useWithOnnxRuntime(
   if (typeof name !== 'string' || !MEMORY_NAMES.includes(name)) throw invalidArgument('info.name', name, "must be 'Cpu', 'Cuda' or 'CudaPinned'")
   const deviceId = optInt('info.deviceId', own(i, 'deviceId'), 0, MAX_U32, 0)
   const pairs = toPairLists(options)
+  // Checked now, so a bad config is refused before onnxruntime-node is loaded.
+  if (pairs !== null) native.parseArenaConfig(pairs[0], pairs[1])
   const o = optionsArg('ortOptions', ortOptions)
   ownEntries('ortOptions', o, ['libraryPath', 'apiVersion'])
   const pathArg = own(o, 'libraryPath')
@@ -177,7 +180,9 @@ export function useWithOnnxRuntime(
   const apiVersion = givenVersion === undefined ? undefined : int('ortOptions.apiVersion', givenVersion, 1, MAX_U32)
 
   const libraryPath = givenPath ?? onnxRuntimeNodeLibrary()
-  const allocator = f.createAllocator({ name: name as OnnxRuntimeMemoryInfo['name'], deviceId }, options)
+  // The pairs read once above, so the view's user is made with exactly the allocator's options.
+  const raw = pairs === null ? undefined : Object.fromEntries(pairs[0].map((k, j) => [k, pairs[1][j]]))
+  const allocator = f.createAllocator({ name: name as OnnxRuntimeMemoryInfo['name'], deviceId }, raw)
   let registration: Native.NativeOrtRegistration
   try {
     registration = native.ortRegister((allocator as AllocatorImpl).native, pairs?.[0], pairs?.[1], libraryPath, givenPath === undefined, apiVersion)

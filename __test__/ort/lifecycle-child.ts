@@ -14,6 +14,7 @@
  *   G  garbage-collect (needs --expose-gc), after dropping the registration object
  *   W  a worker thread registers, runs a session and unregisters; the worker then ends
  *   V  a worker thread's registration is refused (ERR_ORT_REFUSED: this thread's is current)
+ *   w  a worker thread registers and runs a session, then ends without unregistering
  *   E  process.exit(0) now
  *   Q  start a run on every open session and process.exit(0) while they are in flight
  */
@@ -34,7 +35,7 @@ function check(out: Float32Array): void {
   if (!bytes.equals(reference)) throw new Error('a run gave another output than the first')
 }
 
-function worker(refused: boolean): Promise<void> {
+function worker(refused: boolean, unregister = true): Promise<void> {
   const register = refused
     ? `
       let code
@@ -52,7 +53,7 @@ function worker(refused: boolean): Promise<void> {
       const s = await createSession(reg)
       await runOnce(s)
       if (reg.allocator.getStats().numAllocs === 0n) throw new Error('the worker session did not use the arena')
-      reg.unregister()
+      ${unregister ? 'reg.unregister()' : ''}
     })().catch((e) => { console.error(e); process.exit(3) })`
   return new Promise((resolve, reject) => {
     const w = new Worker(source, { eval: true })
@@ -95,6 +96,9 @@ async function main(): Promise<void> {
         break
       case 'V':
         await worker(true)
+        break
+      case 'w':
+        await worker(false, false)
         break
       case 'E':
         console.log('done')

@@ -26,6 +26,7 @@ use cuda_arena_ort::{
     keep_until_exit, kept, AllocatorUser, HostApi, OrtAllocatorView, OrtEnvRef, OrtLibrary,
     ViewOptions, MAX_ORT_API_VERSION, MIN_ORT_API_VERSION,
 };
+use napi::Env;
 use napi_derive::napi;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -62,14 +63,17 @@ struct Runtime {
     env: Option<OrtEnvRef>,
 }
 
-/// Which registration is current for a memory info of an environment, so that a second
-/// `unregister()` never removes a later registration of the same memory info:
-/// (runtime index, memory name, device id) → registration id.
+/// A memory info of an environment: (runtime index, memory name, device id).
 type Key = (usize, &'static str, u32);
+
+/// The registration in force for a memory info: its id and its view.
+type Current = (u64, &'static OrtAllocatorView);
 
 struct State {
     runtimes: Vec<Runtime>,
-    current: BTreeMap<Key, u64>,
+    /// Registrations in force, so that a second `unregister()` never removes a later
+    /// registration of the same memory info, and one memory info has one at a time.
+    current: BTreeMap<Key, Current>,
     next_id: u64,
 }
 
@@ -161,7 +165,6 @@ pub struct NativeOrtRegistration {
     api_version: u32,
     library_path: String,
     ort_version: String,
-    view: &'static OrtAllocatorView,
 }
 
 /// Registers `allocator`'s shared allocator with the environment of the ONNX Runtime library
@@ -171,6 +174,7 @@ pub struct NativeOrtRegistration {
 /// to use, or none to negotiate. A failure changes nothing but may leave the library loaded.
 #[napi(catch_unwind)]
 pub fn ort_register(
+    env: Env,
     allocator: &NativeAllocator,
     keys: Option<Vec<String>>,
     values: Option<Vec<String>>,
@@ -231,26 +235,32 @@ pub fn ort_register(
     // From here the view must outlive every session that may take it.
     let ort = keep_until_exit(view);
     let view = kept(ort).ok_or_else(|| invalid("the view was not kept"))?;
-    let Some(env) = st.runtimes[index].env.as_ref() else {
+    let Some(ort_env) = st.runtimes[index].env.as_ref() else {
         view.release();
         return Err(invalid("no ONNX Runtime environment"));
     };
     // SAFETY: `ort` is a live view kept until exit.
-    if let Err(e) = unsafe { env.register_allocator(ort) } {
+    if let Err(e) = unsafe { ort_env.register_allocator(ort) } {
         // Never registered, so nothing calls it: its user goes now (the struct stays kept).
         view.release();
         return Err(refused(e));
     }
     let id = st.next_id;
     st.next_id += 1;
-    st.current.insert(key, id);
+    st.current.insert(key, (id, view));
+    drop(st);
+    // A registration made in a worker would outlive the worker, and nothing could unregister
+    // it: it goes with the environment (thread) that made it, if still in force.
+    // (Should Node refuse the hook, the registration only lasts until `unregister()`.)
+    let _ = env.add_env_cleanup_hook((key, id), |(key, id)| {
+        let _ = unregister_if_current(key, id);
+    });
     Ok(NativeOrtRegistration {
         id,
         key,
         api_version: host.version(),
         library_path,
         ort_version,
-        view,
     })
 }
 
@@ -275,27 +285,35 @@ impl NativeOrtRegistration {
 
     #[napi(catch_unwind)]
     pub fn is_registered(&self) -> bool {
-        state().current.get(&self.key) == Some(&self.id)
+        state().current.get(&self.key).map(|c| c.0) == Some(self.id)
     }
 
-    /// `UnregisterAllocator` if this registration is still the current one; returns whether
-    /// it was (a second call does nothing and returns `false`).
+    /// `UnregisterAllocator` if this registration is still in force; returns whether it was
+    /// (a second call does nothing and returns `false`).
     #[napi(catch_unwind)]
     pub fn unregister(&self) -> Result<bool> {
-        let mut st = state();
-        if st.current.get(&self.key) != Some(&self.id) {
-            return Ok(false);
-        }
-        let env = st
-            .runtimes
-            .get(self.key.0)
-            .and_then(|r| r.env.as_ref())
-            .ok_or_else(|| invalid("the registration's environment is unknown"))?;
-        // SAFETY: the view's own memory info, live while the view is (until exit).
-        unsafe { env.unregister_allocator(self.view.memory_info()) }.map_err(refused)?;
-        st.current.remove(&self.key);
-        Ok(true)
+        unregister_if_current(self.key, self.id)
     }
+}
+
+/// `UnregisterAllocator` for registration `id` of `key`, if it is the one in force.
+fn unregister_if_current(key: Key, id: u64) -> Result<bool> {
+    let mut st = state();
+    let Some(&(current, view)) = st.current.get(&key) else {
+        return Ok(false);
+    };
+    if current != id {
+        return Ok(false);
+    }
+    let env = st
+        .runtimes
+        .get(key.0)
+        .and_then(|r| r.env.as_ref())
+        .ok_or_else(|| invalid("the registration's environment is unknown"))?;
+    // SAFETY: the view's own memory info, live while the view is (until exit).
+    unsafe { env.unregister_allocator(view.memory_info()) }.map_err(refused)?;
+    st.current.remove(&key);
+    Ok(true)
 }
 
 /// The codes of this module's errors, for the TS layer's test against `ORT_ERROR_CODES`.
