@@ -157,7 +157,8 @@ fn negotiate(library: &OrtLibrary, requested: Option<u32>) -> Result<HostApi> {
 }
 
 /// A registration of a cuda-arena allocator with an ONNX Runtime environment. Dropping it
-/// (garbage collection) leaves the allocator registered: only `unregister` undoes it.
+/// (garbage collection) leaves the allocator registered: `unregister`, or the end of the
+/// thread (Node environment) that made it, undoes it.
 #[napi]
 pub struct NativeOrtRegistration {
     id: u64,
