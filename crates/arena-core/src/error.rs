@@ -110,8 +110,10 @@ impl fmt::Display for ArenaError {
                 write!(f, "out of memory allocating {requested} bytes: {reason}")
             }
             ArenaError::InvalidConfig { key, value, reason } => {
-                let (key, value) = (bounded(key), bounded(value));
-                write!(f, "invalid value {value:?} for {key}: {reason}")
+                // Escaped first, then cut: a control character escapes to up to 10
+                // characters, so cutting before escaping would not bound the message.
+                let (key, value) = (escaped(key), escaped(value));
+                write!(f, "invalid value \"{value}\" for {key}: {reason}")
             }
             ArenaError::InvalidArgument { reason } => write!(f, "invalid argument: {reason}"),
             ArenaError::UnknownPointer { addr, reason } => {
@@ -138,5 +140,33 @@ pub(crate) fn bounded(s: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
+/// `s` with its control characters, quotes and backslashes escaped (as Rust's `{:?}` does,
+/// without the quotes), cut to [`QUOTED_CHARS`] characters of the escaped text.
+pub(crate) fn escaped(s: &str) -> String {
+    let mut out: String = s.escape_debug().take(QUOTED_CHARS).collect();
+    if s.escape_debug().nth(QUOTED_CHARS).is_some() {
+        out.push('…');
+    }
+    out
+}
+
 /// Result alias used across the crate.
 pub type Result<T, E = ArenaError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_config_value_of_control_characters_makes_a_message_as_short_as_a_plain_one() {
+        let value = format!("4{}09{}", "\u{1a}".repeat(61), "\u{da}".repeat(6));
+        let e = ArenaError::InvalidConfig {
+            key: "arena.max_mem".into(),
+            value,
+            reason: "expected a whole decimal number".into(),
+        };
+        let message = e.to_string();
+        assert!(message.chars().count() < 200, "{} characters: {message}", message.len());
+        assert!(!message.contains('\u{1a}'), "control characters are escaped");
+    }
+}
