@@ -58,11 +58,15 @@ cuda_arena_allocator* cuda_arena_create(const char* backend, const char* memory,
                                         size_t n, char* err, size_t err_len);
 /* NULL for size 0 and on failure (then cuda_arena_last_error_code() is non-zero). */
 void* cuda_arena_alloc(cuda_arena_allocator* a, size_t size);
-/* cu_stream: a CUstream (cuda backend) or any non-NULL token naming a stream (NULL: as
- * cuda_arena_alloc). A chunk freed after use on a stream is reused on that stream at once and
- * on others once the stream is reset. Each token the allocator has not seen is remembered
- * until cuda_arena_reset_stream; with CUDA_ARENA_MAX_STREAMS remembered, a new token fails
- * with CUDA_ARENA_ERR_INVALID_ARGUMENT. Only for stream-aware allocators ("Cuda" memory). */
+/* cu_stream: a CUstream (cuda backend; any stream of the device, the caller's own included:
+ * the caller keeps it valid until it resets it) or any non-NULL token naming a stream (NULL:
+ * as cuda_arena_alloc). Both the arena and the memory pool take it. A chunk freed after use on
+ * a stream is reused on that stream at once and on others once the stream is reset, or, on the
+ * cuda backend, once the stream's work up to the free has completed (an event recorded on it
+ * when another stream needs memory); the pool frees on the stream. Each token the allocator
+ * has not seen is remembered until cuda_arena_reset_stream; with CUDA_ARENA_MAX_STREAMS
+ * remembered, a new token fails with CUDA_ARENA_ERR_INVALID_ARGUMENT. Only for stream-aware
+ * allocators ("Cuda" memory). */
 void* cuda_arena_alloc_on_stream(cuda_arena_allocator* a, size_t size, void* cu_stream);
 /* The host is done with cu_stream's work (ONNX Runtime's ResetChunksUsingStream, at the end
  * of a run, or before destroying the CUstream): its free chunks lose their tag and merge,
@@ -182,6 +186,54 @@ size_t cuda_arena_last_error(char* buf, size_t len);
 /* The warning of this thread's last cuda_arena_create or cuda_arena_ort_ep_create_allocator
  * (empty if it had none), copied as cuda_arena_last_error does. Returns its length. */
 size_t cuda_arena_last_warning(char* buf, size_t len);
+
+/* PyTorch: the entry points of torch.cuda.memory.CUDAPluggableAllocator, with its signatures
+ * (a cudaStream_t is a void* here; NULL is the legacy default stream, PyTorch's default).
+ *   a = CUDAPluggableAllocator(path, "cuda_arena_torch_alloc", "cuda_arena_torch_free")
+ * and, by address, a.allocator().set_init_fn / set_reset_fn / set_memory_fraction_fn /
+ * set_record_stream_fn (docs/pytorch.md). Each device gets one user of the process-wide
+ * "cuda" factory's shared device allocator (the arena, or the memory pool with
+ * arena.use_cuda_mempool=1), configured once from the environment: CUDA_ARENA_CONF holds
+ * arena.* pairs, "arena.extend_strategy=1,arena.max_mem=8589934592" (strict: no spaces, no
+ * other keys). A bad value is written to stderr once, naming the key, and every allocation
+ * then fails (NULL; the last error is CUDA_ARENA_ERR_OUT_OF_MEMORY and names the key).
+ * CUDA_ARENA_TORCH_BACKEND=host|virtual replaces the GPU with a simulated one, for tests.
+ * Streams are PyTorch's: a block freed on a stream is reused on it at once and on others once
+ * that stream's work up to the free has completed (an event recorded on it); PyTorch never
+ * resets its streams, and needs not. Nothing unwinds into PyTorch: failures set the last
+ * error and, since PyTorch does not check them, are also written to stderr. */
+/* torch's alloc_fn: NULL for size 0 and on failure. */
+void* cuda_arena_torch_alloc(size_t size, int device, void* stream);
+/* torch's free_fn: ptr from cuda_arena_torch_alloc with this device and stream (size unused). */
+void cuda_arena_torch_free(void* ptr, size_t size, int device, void* stream);
+/* torch's init_fn: reads the environment (a bad value is reported now). */
+void cuda_arena_torch_init(int device_count);
+/* torch's reset_fn (torch.cuda.empty_cache): memory no block uses goes back to the driver. */
+void cuda_arena_torch_empty_cache(void);
+/* torch's memory_fraction_fn: device may hold at most fraction (0..1) of its memory from the
+ * driver (TotalAllocated), checked after each allocation: one that would hold more gives its
+ * block back, returns idle memory and retries once, then fails as out of memory. */
+void cuda_arena_torch_set_memory_fraction(double fraction, int device);
+/* torch's record_stream_fn: the live block ptr is also used on stream; its free makes its
+ * own stream wait (on the GPU) for that stream's work queued so far. */
+void cuda_arena_torch_record_stream(void* ptr, void* stream);
+/* The counters of device's allocator (ctypes-friendly). CUDA_ARENA_OK or an error code. */
+int cuda_arena_torch_stats(int device, cuda_arena_stats* out);
+
+/* Trace recording (docs/recording.md): the allocator's traffic, every user's (other handles
+ * of the shared allocator, ONNX Runtime's view of it), written to a new file at path (replaced
+ * if it exists) as the trace `cuda-arena replay` reads: alloc (with a stream number), reserve
+ * and free lines, in the order the allocator saw them. Failed calls are not recorded. Lines go
+ * through two 1 MiB buffers to a writer thread; when both are full, allocating waits for the
+ * disk, so memory stays bounded. A write error (a full disk) stops the recording; allocations
+ * go on unaffected. A recording already on, or a path that cannot be created, is
+ * CUDA_ARENA_ERR_INVALID_ARGUMENT (the message names the path). */
+int cuda_arena_start_recording(cuda_arena_allocator* a, const char* path);
+/* Stops the recording once everything recorded is in the file. CUDA_ARENA_OK, or
+ * CUDA_ARENA_ERR_INVALID_ARGUMENT when none is on or when it had stopped early (the last
+ * error gives why; the file holds the whole lines written before). The last destroy of the
+ * allocator also stops a recording, writing everything. */
+int cuda_arena_stop_recording(cuda_arena_allocator* a);
 
 #ifdef __cplusplus
 }

@@ -9,11 +9,13 @@ mod codes;
 mod handle;
 mod handles;
 mod ort;
+mod torch;
 mod version;
 
 pub use codes::*;
 pub use handle::*;
 pub use ort::*;
+pub use torch::*;
 pub use version::cuda_arena_version;
 
 /// The repository README's Rust examples, compiled and run as doctests so they stay true.

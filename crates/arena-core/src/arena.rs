@@ -6,6 +6,11 @@
 //! One mutex guards the whole state, as in ORT; raw allocator calls happen under it. The
 //! state sits behind an `Arc` so that streams can tell the arena, through a weak reference,
 //! when they are released (it then resets their chunks; see `stream.rs`).
+//!
+//! Streams the host owns (issue 13) with events: a free on one takes a mark under the lock (no
+//! driver call); an allocation that finds no chunk lets go of the lock, records and queries the
+//! other host streams' events (`stream_events.rs`) and searches again, and on the way to out of
+//! memory waits for those events before failing. No event call happens under the lock.
 
 use crate::addr_map::{AddrMap, AddrTable};
 use crate::allocator::{out_of_range, range_inside, Allocator};
@@ -21,7 +26,28 @@ use crate::raw::RawAllocator;
 use crate::region::{Region, RegionSet};
 use crate::stats::AllocatorStats;
 use crate::stream::{Clock, Stream, StreamId, StreamUser};
+use crate::stream_events::FreeEvents;
 use std::sync::Arc;
+
+/// Host-owned streams with events that tag chunks of an arena, by stream id (ascending).
+type Hosted = Vec<(StreamId, Arc<FreeEvents>)>;
+
+/// How far an allocation has gone to get other host streams' freed chunks (issue 13).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Waited {
+    Nothing,
+    /// Their frees were covered by events and the events queried.
+    Polled,
+    /// The host blocked until those events completed (on the way to out of memory).
+    Finished,
+}
+
+/// What an allocation that found no free chunk does next.
+enum Miss {
+    Found(u32),
+    /// Let go of the lock, then poll (or finish) these streams' events and search again.
+    Wait(Vec<Arc<FreeEvents>>, Waited),
+}
 
 /// ORT's back-off: a refused region is retried at 90% of its size (single precision, as ORT
 /// computes it) until it would be smaller than the request or than this many bytes.
@@ -56,6 +82,10 @@ struct State {
     /// and every call fails with `ERR_ARENA_RELEASED`. Checked only on the paths a retired
     /// arena reaches anyway (no free chunk, no live chunk), so the common path pays nothing.
     retired: bool,
+    /// Host-owned streams with events that chunks are tagged with: one entry per such stream
+    /// that allocated here and has not been reset or released since. A free chunk tagged with
+    /// one carries, as its sync id, the mark its last free took on that stream.
+    hosted: Hosted,
 }
 
 impl<R: RawAllocator> Arena<R> {
@@ -74,6 +104,7 @@ impl<R: RawAllocator> Arena<R> {
             next_region_id: 0,
             next_alloc_id: 1,
             retired: false,
+            hosted: Vec::new(),
         };
         Ok(Arena {
             raw,
@@ -126,27 +157,92 @@ impl<R: RawAllocator> Arena<R> {
             return Ok(None);
         }
         let rounded = self.rounded(size)?;
-        let mut st = self.state.lock();
-        let mut clock = stream.map(Stream::clock);
         let consumer = stream.map_or(0, Stream::id);
-        let id = match st.find(rounded, consumer, clock.as_deref()) {
-            Some(id) => id,
-            None => self.grow_and_find(&mut st, rounded, size, consumer, clock.as_deref())?,
-        };
-        let sync_id = clock.as_deref().map_or(0, Clock::sync_id);
-        let addr = st.take(
-            id,
-            rounded,
-            size,
-            consumer,
-            sync_id,
-            self.config.max_dead_bytes_per_chunk,
-        );
-        // The chunk is tagged with the stream now: the stream must tell us when it goes.
-        if let Some(clock) = clock.as_mut() {
-            clock.register_user(&self.state);
+        let mut waited = Waited::Nothing;
+        loop {
+            let mut st = self.state.lock();
+            let mut clock = stream.map(Stream::clock);
+            let id = match st.find(rounded, consumer, clock.as_deref()) {
+                Some(id) => id,
+                None => {
+                    match self.on_miss(
+                        &mut st,
+                        rounded,
+                        size,
+                        consumer,
+                        clock.as_deref(),
+                        waited,
+                    )? {
+                        Miss::Found(id) => id,
+                        Miss::Wait(others, next) => {
+                            // Driver calls (event record, query, synchronize) outside the lock.
+                            drop(clock);
+                            drop(st);
+                            for f in &others {
+                                if next == Waited::Finished {
+                                    f.finish();
+                                } else {
+                                    f.advance();
+                                }
+                            }
+                            waited = next;
+                            continue;
+                        }
+                    }
+                }
+            };
+            let sync_id = clock.as_deref().map_or(0, Clock::sync_id);
+            let addr = st.take(
+                id,
+                rounded,
+                size,
+                consumer,
+                sync_id,
+                self.config.max_dead_bytes_per_chunk,
+            );
+            // The chunk is tagged with the stream now: the stream must tell us when it goes.
+            if let Some(clock) = clock.as_mut() {
+                clock.register_user(&self.state);
+                if let Some(events) = stream.and_then(Stream::free_events) {
+                    st.register_hosted(consumer, events);
+                }
+            }
+            return Ok(Some(addr));
         }
-        Ok(Some(addr))
+    }
+
+    /// No free chunk fits. First, once, other host streams' frees may have completed: the
+    /// caller polls their events. Then the arena grows; when even that runs out of memory,
+    /// the caller waits for those events, once, before the error stands.
+    #[cold]
+    #[inline(never)]
+    fn on_miss(
+        &self,
+        st: &mut State,
+        rounded: u64,
+        size: u64,
+        consumer: StreamId,
+        clock: Option<&Clock>,
+        waited: Waited,
+    ) -> Result<Miss> {
+        if waited == Waited::Nothing {
+            let others = st.hosted_waiting(consumer);
+            if !others.is_empty() {
+                return Ok(Miss::Wait(others, Waited::Polled));
+            }
+        }
+        match self.grow_and_find(st, rounded, size, consumer, clock) {
+            Ok(id) => Ok(Miss::Found(id)),
+            Err(e @ ArenaError::OutOfMemory { .. }) if waited != Waited::Finished => {
+                let others = st.hosted_waiting(consumer);
+                if others.is_empty() {
+                    Err(e)
+                } else {
+                    Ok(Miss::Wait(others, Waited::Finished))
+                }
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// No free chunk fits: grow the arena (releasing idle regions first if growing fails)
@@ -208,7 +304,9 @@ impl<R: RawAllocator> Arena<R> {
 
 impl StreamUser for ArenaLock<State> {
     fn stream_released(&self, id: StreamId) {
-        self.lock().reset_stream(id);
+        let hosted = self.lock().reset_stream(id);
+        // Outside the lock: the last reference hands its events back to the backend.
+        drop(hosted);
     }
 }
 
@@ -223,8 +321,10 @@ impl State {
         Ok(())
     }
 
-    /// Hands every region and reserve back to `raw` and empties the arena for good.
-    fn retire<R: RawAllocator>(&mut self, raw: &R) {
+    /// Hands every region and reserve back to `raw` and empties the arena for good. Returns
+    /// the host streams' events it held, for the caller to drop once the lock is released.
+    #[must_use]
+    fn retire<R: RawAllocator>(&mut self, raw: &R) -> Hosted {
         // Nothing can be reported here (retire and drop cannot fail); the raw allocator's
         // counters show what came back.
         for (_, r) in self.regions.iter() {
@@ -244,22 +344,60 @@ impl State {
             ..AllocatorStats::default()
         };
         self.retired = true;
+        std::mem::take(&mut self.hosted)
+    }
+
+    /// Records that host stream `id` (with `events`) tags chunks here.
+    #[inline]
+    fn register_hosted(&mut self, id: StreamId, events: &Arc<FreeEvents>) {
+        if let Err(i) = self.hosted.binary_search_by_key(&id, |e| e.0) {
+            self.hosted.insert(i, (id, events.clone()));
+        }
+    }
+
+    /// The events of the host streams other than `consumer` whose frees are not all known
+    /// complete.
+    fn hosted_waiting(&self, consumer: StreamId) -> Vec<Arc<FreeEvents>> {
+        self.hosted
+            .iter()
+            .filter(|(id, f)| *id != consumer && f.has_incomplete())
+            .map(|(_, f)| f.clone())
+            .collect()
+    }
+
+    /// A chunk being freed that is tagged with a host stream with events takes that stream's
+    /// next mark: another stream may take it once the stream's work up to here is done.
+    #[inline]
+    fn mark_hosted_free(&mut self, id: u32) {
+        if self.hosted.is_empty() {
+            return;
+        }
+        let stream = self.chunks.get(id).stream;
+        if let Ok(i) = self.hosted.binary_search_by_key(&stream, |e| e.0) {
+            let mark = self.hosted[i].1.mark();
+            self.chunks.get_mut(id).sync_id = mark;
+        }
     }
 
     /// The best free chunk for `rounded` bytes that stream `consumer` may use (0: no stream).
     #[inline]
     fn find(&self, rounded: u64, consumer: StreamId, clock: Option<&Clock>) -> Option<u32> {
         let chunks = &self.chunks;
+        let hosted = &self.hosted;
         self.bins.best_fit(
             rounded,
             #[inline(always)]
             |id| {
                 let c = chunks.get(id);
                 // ORT's rule: the consumer's own chunk, an unassigned one, or one whose stream
-                // the consumer has waited on since the chunk was handed out there.
-                c.stream == consumer
-                    || c.stream == 0
-                    || clock.is_some_and(|cl| c.sync_id < cl.last_wait(c.stream))
+                // the consumer has waited on since the chunk was handed out there; for a host
+                // stream with events, one whose free that stream's work is known past.
+                c.stream == consumer || c.stream == 0 || {
+                    match hosted.binary_search_by_key(&c.stream, |e| e.0) {
+                        Ok(i) => hosted[i].1.is_complete(c.sync_id),
+                        Err(_) => clock.is_some_and(|cl| c.sync_id < cl.last_wait(c.stream)),
+                    }
+                }
             },
         )
     }
@@ -566,7 +704,19 @@ impl State {
     }
 
     /// Detaches every chunk from `stream` and merges the free runs that now share a stream.
-    fn reset_stream(&mut self, stream: StreamId) {
+    /// Returns the stream's events if it was a host stream with events, for the caller to drop
+    /// once the lock is released.
+    #[must_use]
+    fn reset_stream(&mut self, stream: StreamId) -> Option<Arc<FreeEvents>> {
+        let hosted = match self.hosted.binary_search_by_key(&stream, |e| e.0) {
+            Ok(i) => Some(self.hosted.remove(i).1),
+            Err(_) => None,
+        };
+        self.untag(stream);
+        hosted
+    }
+
+    fn untag(&mut self, stream: StreamId) {
         let firsts = self.region_firsts();
         let mut touched = false;
         for &first in &firsts {
@@ -760,6 +910,13 @@ impl State {
                             c.next
                         ));
                     }
+                    let hosted = self.hosted.binary_search_by_key(&c.stream, |e| e.0).is_ok();
+                    if hosted && c.sync_id == 0 {
+                        return Err(format!(
+                            "free chunk {id} of host stream {} carries no mark of its free",
+                            c.stream
+                        ));
+                    }
                     free_chunks += 1;
                 }
                 expect_addr = c.addr + c.size;
@@ -813,7 +970,9 @@ impl<R: RawAllocator> Drop for Arena<R> {
         // (to reset its chunks); retiring under the lock leaves it nothing to touch.
         let mut st = self.state.lock();
         if !st.retired {
-            st.retire(&self.raw);
+            let hosted = st.retire(&self.raw);
+            drop(st);
+            drop(hosted);
         }
     }
 }
@@ -831,6 +990,7 @@ impl<R: RawAllocator> Allocator for Arena<R> {
         }
         let mut st = self.state.lock();
         if let Some(id) = st.live.remove(addr) {
+            st.mark_hosted_free(id);
             st.release_chunk(id);
             return Ok(());
         }
@@ -869,16 +1029,21 @@ impl<R: RawAllocator> Allocator for Arena<R> {
     }
 
     fn reset_chunks_using_stream(&self, stream: &Stream) -> Result<()> {
-        let mut st = self.state.lock();
-        st.check_live()?;
-        st.reset_stream(stream.id());
+        let hosted = {
+            let mut st = self.state.lock();
+            st.check_live()?;
+            st.reset_stream(stream.id())
+        };
+        drop(hosted);
         Ok(())
     }
 
     fn retire(&self) {
         let mut st = self.state.lock();
         if !st.retired {
-            st.retire(&self.raw);
+            let hosted = st.retire(&self.raw);
+            drop(st);
+            drop(hosted);
         }
     }
 

@@ -11,6 +11,7 @@ use crate::raw::{
     DeviceLimits, HostAllocator, RawAllocator, RawStats, VirtualAllocator,
     DEFAULT_HOST_TOTAL_MEMORY, DEFAULT_VIRTUAL_TOTAL_MEMORY,
 };
+use crate::stream_events::StreamEvents;
 use std::sync::Arc;
 
 /// A shareable raw allocator.
@@ -33,6 +34,13 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
 
     /// Counters of the calls that reached the device's raw allocators.
     fn device_stats(&self, device: u32) -> Result<RawStats>;
+
+    /// Events on `device`'s streams, for what streams the host owns free (issue 13); `None`
+    /// (the default, and `host` and `virtual`): their chunks come free when they are reset.
+    fn stream_events(&self, device: u32) -> Option<Arc<dyn StreamEvents>> {
+        let _ = device;
+        None
+    }
 
     /// The error for an ordinal this backend has no device for.
     fn no_device(&self, device: u32) -> ArenaError {

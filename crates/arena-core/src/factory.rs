@@ -245,7 +245,11 @@ impl Factory {
             }
             other => other?,
         };
-        let shared = Shared::new(allocator, config);
+        let mut shared = Shared::new(allocator, config);
+        // Issue 13: the host's streams carry the backend's events, where it has them.
+        shared.streams = Arc::new(ForeignStreams::with_events(
+            self.backend.stream_events(device),
+        ));
         let created = shared.created(Some(kind), warnings);
         entries.current.insert((kind, device), shared);
         Ok(created)

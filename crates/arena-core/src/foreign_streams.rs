@@ -1,16 +1,26 @@
 //! Streams a host owns (a caller's `CUstream`, ONNX Runtime's `OrtSyncStream`, PyTorch's
 //! `cudaStream_t`), known to an allocator only by their handle value. Each handle gets one
-//! logical [`Stream`] (so its sync ids and chunks persist across calls) until the host says
-//! it is done with it ([`ForeignStreams::forget`], ORT's `ResetChunksUsingStream` at the end
-//! of a run); dropping that stream resets its chunks in every allocator that used it. The
-//! number of handles remembered is bounded, so a host that never forgets cannot make the
-//! allocator's state, or the cost of its operations, grow without end: past the bound a new
-//! handle is refused with a message that says what to do.
+//! logical [`Stream`] (so its chunks and marks persist across calls) until the host says it is
+//! done with it ([`ForeignStreams::forget`], ORT's `ResetChunksUsingStream` at the end of a
+//! run); dropping that stream resets its chunks in every allocator that used it. The number of
+//! handles remembered is bounded, so a host that never forgets cannot make the allocator's
+//! state, or the cost of its operations, grow without end: past the bound a new handle is
+//! refused with a message that says what to do.
+//!
+//! Issue 13: with the backend's [`StreamEvents`] (the `cuda` backend has them), each stream
+//! carries events, so what it frees comes free for other streams once its work up to the free
+//! is done, reset or not. And a handle's identity is checked on each use where the backend can
+//! tell it (`cuStreamGetId`): a handle the host destroyed without a reset, whose value the
+//! driver then gave a new stream, is a new stream here. The old one is let go only once the
+//! device has finished all work queued so far (its work included, which may still run after
+//! its destroy), so the new stream never takes the old one's chunks early.
 
 use crate::error::{ArenaError, Result};
 use crate::stream::Stream;
+use crate::stream_events::StreamEvents;
 use parking_lot::RwLock;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// How many foreign stream handles one allocator remembers at once.
 pub const MAX_FOREIGN_STREAMS: usize = 4096;
@@ -18,16 +28,33 @@ pub const MAX_FOREIGN_STREAMS: usize = 4096;
 /// The foreign streams of one allocator; see the module docs.
 #[derive(Debug, Default)]
 pub struct ForeignStreams {
-    /// Handle value → its stream. A `BTreeMap` rather than a hash map: it is process-wide
-    /// state in the C library, and tools like valgrind see its nodes as reachable. Read-locked
-    /// on the common path (a known handle), so threads on different streams do not queue.
-    map: RwLock<BTreeMap<u64, Stream>>,
+    /// Handle value → its stream and the identity the handle had when it was made. A
+    /// `BTreeMap` rather than a hash map: it is process-wide state in the C library, and tools
+    /// like valgrind see its nodes as reachable. Read-locked on the common path (a known
+    /// handle), so threads on different streams do not queue.
+    map: RwLock<BTreeMap<u64, (Stream, Option<u64>)>>,
+    /// The backend's events, given to every stream made here.
+    events: Option<Arc<dyn StreamEvents>>,
 }
 
 impl ForeignStreams {
-    /// An empty set.
+    /// An empty set whose streams have no events: what they free comes free for other
+    /// streams when they are reset.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty set whose streams carry `events` (none: as [`ForeignStreams::new`]).
+    pub fn with_events(events: Option<Arc<dyn StreamEvents>>) -> Self {
+        ForeignStreams {
+            map: RwLock::default(),
+            events,
+        }
+    }
+
+    /// The backend's events, if any.
+    pub fn events(&self) -> Option<&Arc<dyn StreamEvents>> {
+        self.events.as_ref()
     }
 
     /// The stream for `handle` (non-zero), made on first use.
@@ -39,30 +66,61 @@ impl ForeignStreams {
     /// operation then fails takes it back with [`ForeignStreams::forget_made`], so a failed
     /// call uses up none of the bound.
     pub fn get_or_make(&self, handle: u64) -> Result<(Stream, bool)> {
-        if let Some(s) = self.map.read().get(&handle) {
-            return Ok((s.clone(), false));
+        // The driver is asked outside the lock.
+        let identity = self.events.as_ref().and_then(|e| e.stream_identity(handle));
+        let same = |known: Option<u64>| identity.is_none() || known.is_none() || known == identity;
+        if let Some((s, known)) = self.map.read().get(&handle) {
+            if same(*known) {
+                return Ok((s.clone(), false));
+            }
         }
-        let mut map = self.map.write();
-        if let Some(s) = map.get(&handle) {
-            return Ok((s.clone(), false));
+        let replaced = {
+            let mut map = self.map.write();
+            let replaced = match map.get(&handle) {
+                Some((s, known)) if same(*known) => return Ok((s.clone(), false)),
+                Some(_) => map.remove(&handle).map(|(s, _)| s),
+                None => None,
+            };
+            if replaced.is_none() && map.len() >= MAX_FOREIGN_STREAMS {
+                return Err(ArenaError::InvalidArgument {
+                    reason: format!(
+                        "this allocator already knows {MAX_FOREIGN_STREAMS} streams; reset the \
+                         streams whose work is done (cuda_arena_reset_stream) before using new ones"
+                    ),
+                });
+            }
+            let s = Stream::host_owned(handle, self.events.clone());
+            map.insert(handle, (s.clone(), identity));
+            (replaced, s)
+        };
+        let (replaced, s) = replaced;
+        if let Some(old) = replaced {
+            self.let_go_of_reused(old);
         }
-        if map.len() >= MAX_FOREIGN_STREAMS {
-            return Err(ArenaError::InvalidArgument {
-                reason: format!(
-                    "this allocator already knows {MAX_FOREIGN_STREAMS} streams; reset the streams \
-                     whose work is done (cuda_arena_reset_stream) before using new ones"
-                ),
-            });
-        }
-        let s = Stream::with_native(handle);
-        map.insert(handle, s.clone());
         Ok((s, true))
+    }
+
+    /// The handle of `old` now names another stream: the host destroyed it without a reset.
+    /// Its work may still be running, so unless everything it freed is known done, the device
+    /// is synchronized before its chunks are reset (dropped here, outside every lock).
+    fn let_go_of_reused(&self, old: Stream) {
+        let pending = old.free_events().is_some_and(|f| {
+            f.advance();
+            f.has_incomplete()
+        });
+        if pending {
+            if let Some(events) = &self.events {
+                // Nothing to report from here: a failure leaves only the wait undone.
+                let _ = events.synchronize_device();
+            }
+        }
+        drop(old);
     }
 
     /// Forgets `handle`; returns the stream it named, if any. Once the caller drops it (and
     /// any clone in flight is dropped), its chunks are reset in every allocator that used it.
     pub fn forget(&self, handle: u64) -> Option<Stream> {
-        self.map.write().remove(&handle)
+        self.map.write().remove(&handle).map(|(s, _)| s)
     }
 
     /// Forgets `handle` only while it still names `made` (a stream [`get_or_make`] made for a
@@ -72,7 +130,7 @@ impl ForeignStreams {
     pub fn forget_made(&self, handle: u64, made: &Stream) -> Option<Stream> {
         let mut map = self.map.write();
         match map.get(&handle) {
-            Some(s) if s.id() == made.id() => map.remove(&handle),
+            Some((s, _)) if s.id() == made.id() => map.remove(&handle).map(|(s, _)| s),
             _ => None,
         }
     }

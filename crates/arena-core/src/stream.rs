@@ -16,7 +16,14 @@
 //!
 //! On the `cuda` backend the bridge pairs this clock with a `CUstream` and real events; on
 //! `host` and `virtual` it is the whole stream.
+//!
+//! Streams the host owns (issue 13: a caller's `CUstream`, ORT's `OrtSyncStream`, PyTorch's
+//! `cudaStream_t`, made by [`ForeignStreams`](crate::ForeignStreams)) are nobody's to record
+//! or wait on: where the backend has events, such a stream carries [`FreeEvents`], and a
+//! chunk freed on it comes free for other streams once an event recorded on it after the free
+//! has completed (see `stream_events.rs`).
 
+use crate::stream_events::{FreeEvents, StreamEvents};
 use parking_lot::{Mutex, MutexGuard};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -44,6 +51,10 @@ struct StreamInner {
     id: StreamId,
     /// The backend's handle for this stream (a `CUstream` on `cuda`), 0 for a logical one.
     native: u64,
+    /// Whether the host owns the stream (it was not made by cuda-arena).
+    host_owned: bool,
+    /// For a host-owned stream on a backend with events: what its frees are waiting for.
+    free_events: Option<Arc<FreeEvents>>,
     clock: Mutex<Clock>,
 }
 
@@ -52,6 +63,7 @@ impl std::fmt::Debug for StreamInner {
         f.debug_struct("Stream")
             .field("id", &self.id)
             .field("native", &self.native)
+            .field("host_owned", &self.host_owned)
             .finish_non_exhaustive()
     }
 }
@@ -202,14 +214,38 @@ impl Stream {
     /// A new stream that stands for the backend's stream `native` (a `CUstream` handle on
     /// `cuda`), which allocators of that backend use for stream-ordered calls.
     pub fn with_native(native: u64) -> Self {
+        Self::make(native, false, None)
+    }
+
+    /// A stream for the handle `native` of a stream the host owns, with the backend's
+    /// `events` where it has them (then a chunk freed on it comes free for other streams once
+    /// its work up to the free has completed; without them, once the host resets it).
+    pub fn host_owned(native: u64, events: Option<Arc<dyn StreamEvents>>) -> Self {
+        let free_events = events.map(|e| Arc::new(FreeEvents::new(e, native)));
+        Self::make(native, true, free_events)
+    }
+
+    fn make(native: u64, host_owned: bool, free_events: Option<Arc<FreeEvents>>) -> Self {
         let id = NEXT_STREAM_ID.fetch_add(1, Ordering::Relaxed);
         Stream {
             inner: Arc::new(StreamInner {
                 id,
                 native,
+                host_owned,
+                free_events,
                 clock: Mutex::new(Clock::default()),
             }),
         }
+    }
+
+    /// Whether the host owns this stream (see [`Stream::host_owned`]).
+    pub fn is_host_owned(&self) -> bool {
+        self.inner.host_owned
+    }
+
+    /// The events a host-owned stream's frees wait for, if its backend has events.
+    pub fn free_events(&self) -> Option<&Arc<FreeEvents>> {
+        self.inner.free_events.as_ref()
     }
 
     /// The backend's handle; 0 for a logical stream.
@@ -273,6 +309,12 @@ impl Stream {
             .iter()
             .filter(|w| w.strong_count() > 0)
             .count()
+    }
+
+    /// Tells `user` when this stream is released, as allocators in this crate are: for
+    /// allocators elsewhere (the CUDA memory pool) that tag memory with streams.
+    pub fn register_user<U: StreamUser + 'static>(&self, user: &Arc<U>) {
+        self.clock().register_user(user);
     }
 
     pub(crate) fn clock(&self) -> MutexGuard<'_, Clock> {

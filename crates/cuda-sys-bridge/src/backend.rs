@@ -2,12 +2,14 @@
 
 use crate::availability::ensure_cuda;
 use crate::device::{device_count, DeviceContext, DeviceInfo};
+use crate::events::CudaEvents;
 use crate::pool::CudaPoolAllocator;
 use crate::raw::{device_stats, CudaRawAllocator, Ledger};
 use crate::stream::CudaStream;
 use cuda_arena_core::backend::SharedRaw;
 use cuda_arena_core::{
     Allocator, ArenaConfig, ArenaError, Backend, HostAllocator, MemoryKind, RawStats, Result,
+    StreamEvents,
 };
 use parking_lot::Mutex;
 use std::sync::Arc;
@@ -17,6 +19,8 @@ struct Gpu {
     ctx: Arc<DeviceContext>,
     ledger: Arc<Mutex<Ledger>>,
     info: DeviceInfo,
+    /// Pooled events for the streams the host owns (issue 13).
+    events: Arc<CudaEvents>,
 }
 
 /// Every GPU of the machine, each with its primary context retained.
@@ -35,6 +39,7 @@ impl CudaBackend {
                 let ctx = DeviceContext::open(i)?;
                 let info = ctx.info()?;
                 Ok(Gpu {
+                    events: Arc::new(CudaEvents::new(ctx.clone())),
                     ctx,
                     ledger: Arc::new(Mutex::new(Ledger::default())),
                     info,
@@ -58,9 +63,20 @@ impl CudaBackend {
         self.gpu(device)?.ctx.info()
     }
 
+    /// The pooled events of device `device`.
+    pub fn events(&self, device: u32) -> Result<Arc<CudaEvents>> {
+        Ok(self.gpu(device)?.events.clone())
+    }
+
     /// A new stream on device `device`.
     pub fn create_stream(&self, device: u32) -> Result<CudaStream> {
         CudaStream::new(self.gpu(device)?.ctx.clone())
+    }
+
+    /// A memory-pool allocator of its own on `device` (what `arena.use_cuda_mempool=1`
+    /// selects), outside any factory: for tests and benchmarks.
+    pub fn memory_pool(&self, device: u32, config: &ArenaConfig) -> Result<CudaPoolAllocator> {
+        CudaPoolAllocator::new(self.gpu(device)?.ctx.clone(), config)
     }
 
     /// `cuMemAllocAsync` on `device`'s default pool, for baselines.
@@ -116,5 +132,10 @@ impl Backend for CudaBackend {
     fn device_stats(&self, device: u32) -> Result<RawStats> {
         let g = self.gpu(device)?;
         device_stats(&g.ctx, &g.ledger)
+    }
+
+    fn stream_events(&self, device: u32) -> Option<Arc<dyn StreamEvents>> {
+        let events: Arc<dyn StreamEvents> = self.gpu(device).ok()?.events.clone();
+        Some(events)
     }
 }

@@ -21,7 +21,7 @@ pub struct DefaultPoolAllocator {
 
 impl DefaultPoolAllocator {
     pub(crate) fn new(ctx: Arc<DeviceContext>) -> Result<Self> {
-        ctx.make_current()?;
+        let _current = ctx.make_current()?;
         let pool = driver::default_mem_pool(ctx.dev)?;
         driver::pool_set_release_threshold(pool, u64::MAX)?;
         let stream = driver::stream_create()?;
@@ -40,9 +40,9 @@ impl DefaultPoolAllocator {
 
 impl Drop for DefaultPoolAllocator {
     fn drop(&mut self) {
-        if self.ctx.make_current().is_err() {
+        let Ok(_current) = self.ctx.make_current() else {
             return;
-        }
+        };
         let s = self.s();
         for (&addr, _) in self.state.get_mut().0.iter() {
             let _ = driver::free_async(addr, s);
@@ -64,7 +64,7 @@ impl Allocator for DefaultPoolAllocator {
         if size == 0 {
             return Ok(None);
         }
-        self.ctx.make_current()?;
+        let _current = self.ctx.make_current()?;
         let addr = driver::alloc_async(size, self.s())?;
         let mut st = self.state.lock();
         st.0.insert(addr, size);
@@ -81,7 +81,7 @@ impl Allocator for DefaultPoolAllocator {
                     reason: "not live".into(),
                 })?;
         st.1.remove_in_use(size, size);
-        self.ctx.make_current()?;
+        let _current = self.ctx.make_current()?;
         driver::free_async(addr, self.s())
     }
 
@@ -95,7 +95,7 @@ impl Allocator for DefaultPoolAllocator {
 
     fn stats(&self) -> AllocatorStats {
         let mut s = self.state.lock().1;
-        if self.ctx.make_current().is_ok() {
+        if let Ok(_current) = self.ctx.make_current() {
             s.total_allocated =
                 driver::pool_reserved_current(self.pool as driver::CUmemoryPool).unwrap_or(0);
         }
@@ -140,9 +140,9 @@ impl Allocator for DefaultPoolAllocator {
     /// A benchmark baseline, never handed out by a factory: frees what is live.
     fn retire(&self) {
         let mut st = self.state.lock();
-        if self.ctx.make_current().is_err() {
+        let Ok(_current) = self.ctx.make_current() else {
             return;
-        }
+        };
         for (addr, _) in st.0.drain() {
             let _ = driver::free_async(addr, self.s());
         }

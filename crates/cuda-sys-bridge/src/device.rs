@@ -5,7 +5,6 @@ use crate::availability::ensure_cuda;
 use crate::driver::{self, CUdevice};
 use cuda_arena_core::Result;
 use cudarc::driver::sys::CUdevice_attribute as Attr;
-use std::cell::Cell;
 use std::sync::Arc;
 
 /// A GPU as the driver reports it.
@@ -29,11 +28,6 @@ pub struct DeviceInfo {
     pub memory_pools_supported: bool,
 }
 
-thread_local! {
-    /// The context last made current on this thread, to skip redundant `cuCtxSetCurrent`.
-    static CURRENT: Cell<usize> = const { Cell::new(0) };
-}
-
 /// A retained primary context of one device; released when the last holder drops it.
 #[derive(Debug)]
 pub(crate) struct DeviceContext {
@@ -53,18 +47,25 @@ impl DeviceContext {
         Ok(Arc::new(DeviceContext { ordinal, dev, ctx }))
     }
 
-    /// Makes this device's context current on the calling thread.
-    pub(crate) fn make_current(&self) -> Result<()> {
-        if CURRENT.with(Cell::get) != self.ctx {
-            driver::set_current(self.ctx as driver::CUcontext)?;
-            CURRENT.with(|c| c.set(self.ctx));
+    /// Makes this device's context current on the calling thread until the guard is dropped.
+    /// The thread's context is asked each time (another library on the thread, PyTorch for
+    /// one, may have changed it since), and the one another library had made current is made
+    /// current again when the guard goes: a free PyTorch calls for a tensor of device 1 while
+    /// device 0 is current must leave device 0 current. A thread with no context keeps ours.
+    pub(crate) fn make_current(&self) -> Result<CurrentGuard> {
+        let prev = driver::ctx_get_current()?;
+        if prev as usize == self.ctx {
+            return Ok(CurrentGuard { restore: None });
         }
-        Ok(())
+        driver::set_current(self.ctx as driver::CUcontext)?;
+        Ok(CurrentGuard {
+            restore: (!prev.is_null()).then_some(prev as usize),
+        })
     }
 
     /// (free, total) bytes of device memory.
     pub(crate) fn mem_info(&self) -> Result<(u64, u64)> {
-        self.make_current()?;
+        let _current = self.make_current()?;
         driver::mem_get_info()
     }
 
@@ -104,11 +105,24 @@ impl Drop for DeviceContext {
     fn drop(&mut self) {
         // The driver may already be shut down at process exit; nothing to report from a drop.
         let _ = driver::primary_ctx_release(self.dev);
-        let _ = CURRENT.try_with(|c| {
-            if c.get() == self.ctx {
-                c.set(0)
-            }
-        });
+    }
+}
+
+/// While alive, a device's context is current on this thread (see
+/// [`DeviceContext::make_current`]).
+#[derive(Debug)]
+#[must_use = "the context is current only while the guard lives"]
+pub(crate) struct CurrentGuard {
+    /// The context another library had made current, made current again on drop.
+    restore: Option<usize>,
+}
+
+impl Drop for CurrentGuard {
+    fn drop(&mut self) {
+        if let Some(prev) = self.restore {
+            // Nothing to report from a drop; the caller's context stays as ours then.
+            let _ = driver::set_current_or_none(prev as driver::CUcontext);
+        }
     }
 }
 

@@ -107,6 +107,24 @@ pub(crate) fn set_current(ctx: CUcontext) -> Result<()> {
     unsafe { cu::ctx::set_current(ctx) }.map_err(map("cuCtxSetCurrent", 0))
 }
 
+/// The context current on this thread (null when none).
+pub(crate) fn ctx_get_current() -> Result<CUcontext> {
+    let mut ctx: CUcontext = std::ptr::null_mut();
+    // SAFETY: `ctx` is a valid out-pointer for the call.
+    unsafe { sys::cuCtxGetCurrent(&mut ctx) }
+        .result()
+        .map_err(map("cuCtxGetCurrent", 0))?;
+    Ok(ctx)
+}
+
+/// Binds `ctx` (null: none) to this thread.
+pub(crate) fn set_current_or_none(ctx: CUcontext) -> Result<()> {
+    // SAFETY: `ctx` is null or a context retained by its holder (a `DeviceContext`).
+    unsafe { sys::cuCtxSetCurrent(ctx) }
+        .result()
+        .map_err(map("cuCtxSetCurrent", 0))
+}
+
 pub(crate) fn ctx_synchronize() -> Result<()> {
     cu::ctx::synchronize().map_err(map("cuCtxSynchronize", 0))
 }
@@ -182,6 +200,31 @@ pub(crate) fn event_destroy(ev: CUevent) -> Result<()> {
     unsafe { cu::event::destroy(ev) }.map_err(map("cuEventDestroy", 0))
 }
 
+/// Whether the work `ev` captured has completed (`CUDA_ERROR_NOT_READY`: not yet).
+pub(crate) fn event_query(ev: CUevent) -> Result<bool> {
+    // SAFETY: `ev` is a live event of the current context.
+    match unsafe { cu::event::query(ev) } {
+        Ok(()) => Ok(true),
+        Err(e) if e.0 == sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+        Err(e) => Err(map("cuEventQuery", 0)(e)),
+    }
+}
+
+pub(crate) fn event_synchronize(ev: CUevent) -> Result<()> {
+    // SAFETY: `ev` is a live event.
+    unsafe { cu::event::synchronize(ev) }.map_err(map("cuEventSynchronize", 0))
+}
+
+/// The driver's process-unique id of the stream `s` names now.
+pub(crate) fn stream_get_id(s: CUstream) -> Result<u64> {
+    let mut id: std::ffi::c_ulonglong = 0;
+    // SAFETY: `id` is a valid out-pointer; a handle that is not a stream is an error return.
+    unsafe { sys::cuStreamGetId(s, &mut id) }
+        .result()
+        .map_err(map("cuStreamGetId", 0))?;
+    Ok(id)
+}
+
 pub(crate) fn stream_wait_event(s: CUstream, ev: CUevent) -> Result<()> {
     // SAFETY: both are live handles.
     unsafe { cu::stream::wait_event(s, ev, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT) }
@@ -232,6 +275,15 @@ pub(crate) fn pool_reserved_current(pool: CUmemoryPool) -> Result<u64> {
     }
     .map_err(map("cuMemPoolGetAttribute", 0))?;
     Ok(v)
+}
+
+/// One of the pool's `CU_MEMPOOL_ATTR_REUSE_*` flags (an `int` attribute).
+pub(crate) fn pool_reuse_flag(pool: CUmemoryPool, attr: sys::CUmemPool_attribute) -> Result<bool> {
+    let mut v: std::ffi::c_int = 0;
+    // SAFETY: the REUSE_* attributes are ints; `v` outlives the call.
+    unsafe { cu::mem_pool::get_attribute(pool, attr, (&mut v as *mut std::ffi::c_int).cast()) }
+        .map_err(map("cuMemPoolGetAttribute", 0))?;
+    Ok(v != 0)
 }
 
 pub(crate) fn pool_trim_to(pool: CUmemoryPool, keep: u64) -> Result<()> {

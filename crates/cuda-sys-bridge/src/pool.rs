@@ -1,16 +1,62 @@
 //! The memory-pool allocator (`arena.use_cuda_mempool=1`): a private pool per device,
 //! stream-ordered allocation and free, trim on shrink; stats as ONNX Runtime's plugin
 //! reports them (`TotalAllocated` is the pool's reserved memory).
+//!
+//! Streams (issue 13): a block is allocated on the caller's stream, whoever made it (a stream
+//! the host owns is used as given), and freed on that same stream, so the driver's stream
+//! order keeps it from any other stream until the free's point in that stream is reached.
+//! Which other streams may then reuse it, and when, is the pool's reuse policy; this pool
+//! leaves CUDA's defaults, all three enabled: `CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES`
+//! (a stream that waited on an event after the free), `..._ALLOW_OPPORTUNISTIC` (a free that
+//! has completed) and `..._ALLOW_INTERNAL_DEPENDENCIES` (the driver may make the allocating
+//! stream wait for the free). All three keep a block from a stream before the free is
+//! ordered before it; they only decide how much gets reused. What the pool relies on is that
+//! the free is enqueued on the stream the block was used on. When the host resets a stream
+//! (its work is done and it may be destroyed next), blocks still live on it are freed on the
+//! legacy stream instead.
 
 use crate::device::DeviceContext;
 use crate::driver;
 use crate::stream::{check_live, with_stream};
 use cuda_arena_core::{
     Allocator, AllocatorStats, ArenaConfig, ArenaError, LiveBlocks, MemoryInfo, MemoryKind,
-    MemoryLog, Result, Stream,
+    MemoryLog, Result, Stream, StreamId, StreamUser,
 };
 use parking_lot::Mutex;
 use std::sync::Arc;
+
+/// The stream a live block was allocated on, and so will be freed on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct BlockStream {
+    /// The logical stream (0: none; the block is freed on the legacy stream).
+    id: StreamId,
+    /// Its `CUstream`.
+    native: u64,
+    /// Whether the host owns it (used as given) or cuda-arena made it (checked in the
+    /// registry of live streams).
+    host_owned: bool,
+}
+
+/// A block with no stream: allocated without one, or its stream was reset or released.
+const NO_STREAM: BlockStream = BlockStream {
+    id: 0,
+    native: 0,
+    host_owned: false,
+};
+
+impl BlockStream {
+    fn of(stream: Option<&Stream>) -> Self {
+        stream.map_or(NO_STREAM, |s| BlockStream {
+            id: s.id(),
+            native: s.native(),
+            host_owned: s.is_host_owned(),
+        })
+    }
+
+    fn with<T>(&self, op: impl FnOnce(driver::CUstream) -> T) -> T {
+        with_stream(self.native, self.host_owned, op)
+    }
+}
 
 /// A stream-ordered allocator over a private `CUmemoryPool`.
 #[derive(Debug)]
@@ -18,13 +64,25 @@ pub struct CudaPoolAllocator {
     ctx: Arc<DeviceContext>,
     pool: usize,
     bytes_to_keep_on_shrink: u64,
-    state: Mutex<PoolState>,
+    /// Behind an `Arc` so streams can tell the pool, through a weak reference, when they go.
+    state: Arc<SharedState>,
+}
+
+/// The pool's state, as streams see it.
+#[derive(Debug)]
+struct SharedState(Mutex<PoolState>);
+
+impl std::ops::Deref for SharedState {
+    type Target = Mutex<PoolState>;
+    fn deref(&self) -> &Mutex<PoolState> {
+        &self.0
+    }
 }
 
 #[derive(Debug)]
 struct PoolState {
-    /// Live allocations, tagged with the native stream each was allocated on.
-    live: LiveBlocks<u64>,
+    /// Live allocations, tagged with the stream each was allocated on.
+    live: LiveBlocks<BlockStream>,
     stats: AllocatorStats,
     /// Set by `retire`: the pool is trimmed and every call fails.
     retired: bool,
@@ -40,13 +98,34 @@ impl PoolState {
             Ok(())
         }
     }
+
+    /// Blocks live on stream `id` will be freed on the legacy stream: the stream's work is
+    /// done, and it may be destroyed before they are freed.
+    fn forget_stream(&mut self, id: StreamId) {
+        let tags: Vec<BlockStream> = self
+            .live
+            .iter()
+            .map(|(_, _, t)| t)
+            .filter(|t| t.id == id)
+            .take(1)
+            .collect();
+        for tag in tags {
+            self.live.retag(tag, NO_STREAM);
+        }
+    }
+}
+
+impl StreamUser for SharedState {
+    fn stream_released(&self, id: StreamId) {
+        self.lock().forget_stream(id);
+    }
 }
 
 impl CudaPoolAllocator {
     /// A new pool on `ctx`'s device. Without `arena.cuda_mempool_release_threshold` the
     /// threshold is unlimited (DESIGN decision 9); an explicit value, 0 included, is applied.
     pub(crate) fn new(ctx: Arc<DeviceContext>, config: &ArenaConfig) -> Result<Self> {
-        ctx.make_current()?;
+        let _current = ctx.make_current()?;
         let pool = driver::pool_create(ctx.ordinal)?;
         let threshold = config.cuda_mempool_release_threshold.unwrap_or(u64::MAX);
         if let Err(e) = driver::pool_set_release_threshold(pool, threshold) {
@@ -57,36 +136,53 @@ impl CudaPoolAllocator {
             ctx,
             pool: pool as usize,
             bytes_to_keep_on_shrink: config.cuda_mempool_bytes_to_keep_on_shrink,
-            state: Mutex::new(PoolState {
+            state: Arc::new(SharedState(Mutex::new(PoolState {
                 live: LiveBlocks::new("this memory pool"),
                 stats: AllocatorStats::default(),
                 retired: false,
-            }),
+            }))),
         })
+    }
+
+    /// The pool's `CU_MEMPOOL_ATTR_REUSE_*` flags: follow event dependencies, allow
+    /// opportunistic reuse, allow internal dependencies (see the module docs).
+    pub fn reuse_flags(&self) -> Result<[bool; 3]> {
+        use cudarc::driver::sys::CUmemPool_attribute as A;
+        let _current = self.ctx.make_current()?;
+        let pool = self.raw_pool();
+        Ok([
+            driver::pool_reuse_flag(pool, A::CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES)?,
+            driver::pool_reuse_flag(pool, A::CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC)?,
+            driver::pool_reuse_flag(pool, A::CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES)?,
+        ])
     }
 
     fn raw_pool(&self) -> driver::CUmemoryPool {
         self.pool as driver::CUmemoryPool
     }
 
-    fn allocate(&self, size: u64, stream: u64) -> Result<Option<u64>> {
+    fn allocate(&self, size: u64, stream: Option<&Stream>) -> Result<Option<u64>> {
         if size == 0 {
             return Ok(None);
         }
-        check_live(stream)?;
-        self.ctx.make_current()?;
+        let tag = BlockStream::of(stream);
+        check_live(tag.native, tag.host_owned)?;
+        let _current = self.ctx.make_current()?;
         // The driver call runs outside the lock, so threads allocate from the pool at once.
-        let addr = with_stream(stream, |s| {
-            driver::pool_alloc_async(self.raw_pool(), size, s)
-        })?;
+        let addr = tag.with(|s| driver::pool_alloc_async(self.raw_pool(), size, s))?;
         let mut st = self.state.lock();
         if let Err(e) = st.check_live() {
             // Retired meanwhile: the block goes straight back.
-            let _ = with_stream(stream, |s| driver::free_async(addr, s));
+            let _ = tag.with(|s| driver::free_async(addr, s));
             return Err(e);
         }
-        st.live.insert(addr, size, stream);
+        st.live.insert(addr, size, tag);
         st.stats.add_in_use(size, size);
+        drop(st);
+        // The block is tagged with the stream now: the stream must tell us when it goes.
+        if let Some(s) = stream {
+            s.register_user(&self.state);
+        }
         Ok(Some(addr))
     }
 
@@ -96,8 +192,8 @@ impl CudaPoolAllocator {
         let st = self.state.lock();
         st.check_live()?;
         let stream = st.live.containing(addr, len)?;
-        self.ctx.make_current()?;
-        with_stream(stream, driver::stream_synchronize)?;
+        let _current = self.ctx.make_current()?;
+        stream.with(driver::stream_synchronize)?;
         op()
     }
 }
@@ -106,11 +202,14 @@ impl CudaPoolAllocator {
     /// Frees every live block and trims the pool to nothing.
     fn retire_state(&self, st: &mut PoolState) {
         st.retired = true;
-        if self.ctx.make_current().is_err() {
+        let Ok(_current) = self.ctx.make_current() else {
             return;
-        }
-        for (addr, _, stream) in st.live.drain() {
-            let _ = with_stream(stream, |s| driver::free_async(addr, s));
+        };
+        // Every stream's work first: then no block is in use, and each is freed on the legacy
+        // stream (a host's stream may be gone by now).
+        let _ = driver::ctx_synchronize();
+        for (addr, _, _) in st.live.drain() {
+            let _ = driver::free_async(addr, driver::stream_from_u64(0));
         }
         st.stats = AllocatorStats::default();
         // Every stream's frees must land before the memory goes back.
@@ -122,7 +221,7 @@ impl CudaPoolAllocator {
 impl Drop for CudaPoolAllocator {
     fn drop(&mut self) {
         Allocator::retire(self);
-        if self.ctx.make_current().is_ok() {
+        if let Ok(_current) = self.ctx.make_current() {
             let _ = driver::pool_destroy(self.raw_pool());
         }
     }
@@ -130,27 +229,43 @@ impl Drop for CudaPoolAllocator {
 
 impl Allocator for CudaPoolAllocator {
     fn alloc(&self, size: u64) -> Result<Option<u64>> {
-        self.allocate(size, 0)
+        self.allocate(size, None)
     }
 
     fn free(&self, addr: u64) -> Result<()> {
         if addr == 0 {
             return Ok(());
         }
-        let mut st = self.state.lock();
-        st.check_live()?;
-        // DESIGN decision 8: a foreign free is an error, not a logged warning.
-        let (size, stream) = st.live.get(addr)?;
-        self.ctx.make_current()?;
-        with_stream(stream, |s| driver::free_async(addr, s))?;
-        st.live.remove(addr)?;
-        st.stats.remove_in_use(size, size);
+        let (size, stream) = {
+            let mut st = self.state.lock();
+            st.check_live()?;
+            // DESIGN decision 8: a foreign free is an error, not a logged warning.
+            let (size, stream) = st.live.remove(addr)?;
+            st.stats.remove_in_use(size, size);
+            (size, stream)
+        };
+        // The driver call runs outside the lock (the block is no one's meanwhile); on the
+        // stream it was allocated on: see the module docs.
+        let freed = self
+            .ctx
+            .make_current()
+            .and_then(|_current| stream.with(|s| driver::free_async(addr, s)));
+        if let Err(e) = freed {
+            // A failed call changes nothing: the block is live again.
+            let mut st = self.state.lock();
+            if !st.retired {
+                st.live.insert(addr, size, stream);
+                st.stats.in_use += size;
+                st.stats.requested_in_use += size;
+            }
+            return Err(e);
+        }
         Ok(())
     }
 
     /// ORT's pool serves a reserve as an allocation.
     fn reserve(&self, size: u64) -> Result<Option<u64>> {
-        self.allocate(size, 0)
+        self.allocate(size, None)
     }
 
     fn is_stream_aware(&self) -> bool {
@@ -158,7 +273,14 @@ impl Allocator for CudaPoolAllocator {
     }
 
     fn alloc_on_stream(&self, size: u64, stream: &Stream) -> Result<Option<u64>> {
-        self.allocate(size, stream.native())
+        self.allocate(size, Some(stream))
+    }
+
+    fn reset_chunks_using_stream(&self, stream: &Stream) -> Result<()> {
+        let mut st = self.state.lock();
+        st.check_live()?;
+        st.forget_stream(stream.id());
+        Ok(())
     }
 
     fn info(&self) -> MemoryInfo {
@@ -168,8 +290,10 @@ impl Allocator for CudaPoolAllocator {
     fn stats(&self) -> AllocatorStats {
         let st = self.state.lock();
         let mut s = st.stats;
-        if !st.retired && self.ctx.make_current().is_ok() {
-            s.total_allocated = driver::pool_reserved_current(self.raw_pool()).unwrap_or(0);
+        if !st.retired {
+            if let Ok(_current) = self.ctx.make_current() {
+                s.total_allocated = driver::pool_reserved_current(self.raw_pool()).unwrap_or(0);
+            }
         }
         s
     }
@@ -181,7 +305,7 @@ impl Allocator for CudaPoolAllocator {
     fn shrink(&self) -> Result<()> {
         let mut st = self.state.lock();
         st.check_live()?;
-        self.ctx.make_current()?;
+        let _current = self.ctx.make_current()?;
         driver::pool_trim_to(self.raw_pool(), self.bytes_to_keep_on_shrink)?;
         st.stats.num_arena_shrinkages += 1;
         Ok(())

@@ -60,7 +60,7 @@ pub(crate) fn device_stats(ctx: &DeviceContext, ledger: &Mutex<Ledger>) -> Resul
 
 impl RawAllocator for CudaRawAllocator {
     fn alloc(&self, size: u64) -> Result<u64> {
-        self.ctx.make_current()?;
+        let _current = self.ctx.make_current()?;
         let mut ledger = self.ledger.lock();
         let got = match self.kind {
             MemoryKind::CudaPinned | MemoryKind::Cpu => driver::host_alloc(size),
@@ -91,7 +91,7 @@ impl RawAllocator for CudaRawAllocator {
                 })
             }
         }
-        self.ctx.make_current()?;
+        let _current = self.ctx.make_current()?;
         let freed = match self.kind {
             MemoryKind::CudaPinned | MemoryKind::Cpu => driver::host_free(addr),
             MemoryKind::Cuda => driver::mem_free(addr),
@@ -126,21 +126,21 @@ impl RawAllocator for CudaRawAllocator {
     fn write(&self, addr: u64, data: &[u8]) -> Result<()> {
         let ledger = self.ledger.lock();
         self.check_range(&ledger, addr, data.len() as u64)?;
-        self.ctx.make_current()?;
+        let _current = self.ctx.make_current()?;
         driver::copy_htod(addr, data)
     }
 
     fn read(&self, addr: u64, out: &mut [u8]) -> Result<()> {
         let ledger = self.ledger.lock();
         self.check_range(&ledger, addr, out.len() as u64)?;
-        self.ctx.make_current()?;
+        let _current = self.ctx.make_current()?;
         driver::copy_dtoh(out, addr)
     }
 
     fn fill(&self, addr: u64, byte: u8, len: u64) -> Result<()> {
         let ledger = self.ledger.lock();
         self.check_range(&ledger, addr, len)?;
-        self.ctx.make_current()?;
+        let _current = self.ctx.make_current()?;
         driver::memset(addr, byte, len)
     }
 }

@@ -1,31 +1,46 @@
 //! CUDA streams with ORT's sync-id clock: `record()` records a CUDA event and bumps the
 //! stream's sync id; `wait(ev)` makes the stream wait on the event on the GPU and remembers
 //! the producer's sync id for the arena.
+//!
+//! Two kinds of stream reach the allocators (issue 13). Streams cuda-arena made
+//! ([`CudaStream`]) are tracked in a registry, so that an allocation still tagged with one the
+//! user has destroyed is freed on the legacy stream instead of on a dangling handle (the
+//! stream's work is finished then: it is synchronized before it is destroyed). Streams the
+//! host owns (a caller's `CUstream`, PyTorch's, ORT's) are used exactly as given: the host
+//! keeps them valid until it resets them (`cuda_arena_reset_stream`), after which the
+//! allocators tag nothing with them.
 
 use crate::device::DeviceContext;
 use crate::driver;
 use cuda_arena_core::{ArenaError, Result, Stream, StreamEvent};
-use parking_lot::Mutex;
+use parking_lot::RwLock;
 use std::collections::HashSet;
 use std::sync::Arc;
 
-/// The `CUstream`s that exist now. An allocation remembers the stream it was made on; if the
-/// user destroys that stream first (its work is finished then: the stream is synchronized
-/// before it is destroyed), the allocation is freed on the legacy stream instead of on a
-/// dangling handle.
-static LIVE: Mutex<Option<HashSet<u64>>> = Mutex::new(None);
+/// The `CUstream`s cuda-arena made that exist now. Read-locked while a call uses one (threads
+/// on different streams do not queue), write-locked only to add or remove one.
+static LIVE: RwLock<Option<HashSet<u64>>> = RwLock::new(None);
 
-/// Runs `op` with the `CUstream` for `native` (0: the legacy stream; a destroyed stream: the
-/// legacy stream), holding the registry so the stream cannot be destroyed meanwhile.
-pub(crate) fn with_stream<T>(native: u64, op: impl FnOnce(driver::CUstream) -> T) -> T {
-    let live = LIVE.lock();
-    let usable = native != 0 && live.as_ref().is_some_and(|s| s.contains(&native));
+/// Runs `op` with the `CUstream` for `native`: a host-owned stream as given (the null stream
+/// is the null stream); one cuda-arena made while it exists, else the legacy stream (0), and
+/// held in the registry meanwhile so it cannot be destroyed during the call.
+pub(crate) fn with_stream<T>(
+    native: u64,
+    host_owned: bool,
+    op: impl FnOnce(driver::CUstream) -> T,
+) -> T {
+    if host_owned || native == 0 {
+        return op(driver::stream_from_u64(native));
+    }
+    let live = LIVE.read();
+    let usable = live.as_ref().is_some_and(|s| s.contains(&native));
     op(driver::stream_from_u64(if usable { native } else { 0 }))
 }
 
-/// Checks that `native` is 0 or a live stream (for allocating on it).
-pub(crate) fn check_live(native: u64) -> Result<()> {
-    if native == 0 || LIVE.lock().as_ref().is_some_and(|s| s.contains(&native)) {
+/// Checks, before allocating on it, that `native` is a stream the host owns (it vouches for
+/// it), the null stream, or a stream cuda-arena made that still exists.
+pub(crate) fn check_live(native: u64, host_owned: bool) -> Result<()> {
+    if host_owned || native == 0 || LIVE.read().as_ref().is_some_and(|s| s.contains(&native)) {
         Ok(())
     } else {
         Err(ArenaError::Released {
@@ -49,7 +64,7 @@ struct EventHandle {
 
 impl Drop for EventHandle {
     fn drop(&mut self) {
-        if self.ctx.make_current().is_ok() {
+        if let Ok(_current) = self.ctx.make_current() {
             let _ = driver::event_destroy(self.ev as driver::CUevent);
         }
     }
@@ -71,10 +86,10 @@ impl CudaEvent {
 
 impl CudaStream {
     pub(crate) fn new(ctx: Arc<DeviceContext>) -> Result<Self> {
-        ctx.make_current()?;
+        let _current = ctx.make_current()?;
         let s = driver::stream_create()?;
         let native = driver::stream_to_u64(s);
-        LIVE.lock().get_or_insert_with(HashSet::new).insert(native);
+        LIVE.write().get_or_insert_with(HashSet::new).insert(native);
         Ok(CudaStream {
             ctx,
             logical: Stream::with_native(native),
@@ -97,7 +112,7 @@ impl CudaStream {
 
     /// Records an event on the stream and bumps its sync id.
     pub fn record(&self) -> Result<CudaEvent> {
-        self.ctx.make_current()?;
+        let _current = self.ctx.make_current()?;
         let ev = driver::event_create()?;
         let handle = Arc::new(EventHandle {
             ctx: self.ctx.clone(),
@@ -112,7 +127,7 @@ impl CudaStream {
 
     /// Makes this stream wait for `event` on the GPU, and for the arena.
     pub fn wait(&self, event: &CudaEvent) -> Result<()> {
-        self.ctx.make_current()?;
+        let _current = self.ctx.make_current()?;
         driver::stream_wait_event(self.raw(), event.handle.ev as driver::CUevent)?;
         self.logical.wait(&event.logical);
         Ok(())
@@ -120,7 +135,7 @@ impl CudaStream {
 
     /// Waits on the host until the stream's work is done.
     pub fn synchronize(&self) -> Result<()> {
-        self.ctx.make_current()?;
+        let _current = self.ctx.make_current()?;
         driver::stream_synchronize(self.raw())
     }
 }
@@ -128,15 +143,45 @@ impl CudaStream {
 impl Drop for CudaStream {
     fn drop(&mut self) {
         let native = self.logical.native();
-        let mut live = LIVE.lock();
-        if let Some(s) = live.as_mut() {
+        // Out of the registry first: a call that starts now frees on the legacy stream, and
+        // the write lock waits for calls using the stream to finish.
+        if let Some(s) = LIVE.write().as_mut() {
             s.remove(&native);
         }
         // Finish the stream's work first, so allocations made on it can then be freed on the
         // legacy stream (see LIVE).
-        if self.ctx.make_current().is_ok() {
+        if let Ok(_current) = self.ctx.make_current() {
             let _ = driver::stream_synchronize(self.raw());
             let _ = driver::stream_destroy(self.raw());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 13: a `CUstream` the host created (torch's, ORT's, a C caller's) is used as
+    /// given; before, any stream cuda-arena had not created was refused for allocation
+    /// (`ERR_ARENA_RELEASED`) and replaced by the null stream for frees.
+    #[test]
+    fn a_stream_the_host_owns_is_used_as_given() {
+        let host_stream = 0x7f00_dead_0000u64;
+        assert!(
+            check_live(host_stream, true).is_ok(),
+            "allocating on it is allowed"
+        );
+        let used = with_stream(host_stream, true, driver::stream_to_u64);
+        assert_eq!(used, host_stream, "a free goes to the stream itself");
+    }
+
+    #[test]
+    fn a_stream_cuda_arena_made_and_destroyed_is_replaced_by_the_legacy_stream() {
+        let gone = 0x7f00_beef_0000u64;
+        assert_eq!(
+            check_live(gone, false).map_err(|e| e.code()),
+            Err("ERR_ARENA_RELEASED")
+        );
+        assert_eq!(with_stream(gone, false, driver::stream_to_u64), 0);
     }
 }

@@ -247,3 +247,382 @@ fn two_factories_in_one_process_have_separate_arenas() {
     a1.write(p, &[1, 2, 3]).expect("write");
     a1.free(p).expect("live");
 }
+
+// ---- Issue 13: streams the host owns ------------------------------------------------------
+//
+// These make their streams with the driver directly, as a host (PyTorch, ORT, a C caller)
+// would, and never through cuda-arena. A host function launched on a stream holds it at a
+// gate until the test opens it, so "the stream's work is not done yet" is deterministic.
+
+mod host {
+    use cudarc::driver::result as cu;
+    use cudarc::driver::sys;
+    use std::ffi::c_void;
+    use std::sync::{Arc, Condvar, Mutex};
+
+    /// The device's primary context, current on this thread (what the runtime API, and so
+    /// PyTorch, uses).
+    pub fn primary_context() -> sys::CUcontext {
+        cu::init().expect("driver");
+        let dev = cu::device::get(0).expect("device 0");
+        // SAFETY: `dev` is a device; the retain is never released (the test process ends).
+        let ctx = unsafe { cu::primary_ctx::retain(dev) }.expect("primary context");
+        // SAFETY: `ctx` was just retained.
+        unsafe { cu::ctx::set_current(ctx) }.expect("set current");
+        ctx
+    }
+
+    /// A non-blocking stream the host made; its handle as cuda-arena sees it.
+    pub fn stream() -> u64 {
+        primary_context();
+        cu::stream::create(cu::stream::StreamKind::NonBlocking).expect("stream") as u64
+    }
+
+    pub fn destroy(s: u64) {
+        // SAFETY: `s` came from `stream()` and is destroyed once.
+        unsafe { cu::stream::destroy(s as sys::CUstream) }.expect("destroy");
+    }
+
+    pub fn sync(s: u64) {
+        // SAFETY: `s` is a live stream.
+        unsafe { cu::stream::synchronize(s as sys::CUstream) }.expect("synchronize");
+    }
+
+    /// Sets `len` bytes at `p` to `byte`, in `s`'s order.
+    pub fn memset(p: u64, byte: u8, len: u64, s: u64) {
+        // SAFETY: `p..p+len` is an allocation of the test's, live until `s` reaches this.
+        unsafe { cu::memset_d8_async(p, byte, len as usize, s as sys::CUstream) }.expect("memset");
+    }
+
+    pub fn read(p: u64, len: usize) -> Vec<u8> {
+        let mut out = vec![0u8; len];
+        // SAFETY: `p..p+len` is a live allocation; every stream that wrote it was synchronized.
+        unsafe { cu::memcpy_dtoh_sync(&mut out, p) }.expect("read");
+        out
+    }
+
+    /// Holds a stream at a point of its work until opened.
+    #[derive(Default)]
+    pub struct Gate {
+        open: Mutex<bool>,
+        cv: Condvar,
+    }
+
+    unsafe extern "C" fn wait_at_gate(arg: *mut c_void) {
+        // SAFETY: `arg` is the `Gate` an `Arc` the test holds keeps alive until it has
+        // synchronized the stream.
+        let gate = unsafe { &*(arg as *const Gate) };
+        let mut open = gate.open.lock().expect("gate");
+        while !*open {
+            open = gate.cv.wait(open).expect("gate");
+        }
+    }
+
+    impl Gate {
+        /// Stream `s` stops here until `open()`.
+        pub fn hold(s: u64) -> Arc<Gate> {
+            let gate = Arc::new(Gate::default());
+            // SAFETY: the host function touches only the gate, which outlives the stream's wait.
+            unsafe {
+                cu::stream::launch_host_function(
+                    s as sys::CUstream,
+                    wait_at_gate,
+                    Arc::as_ptr(&gate) as *mut c_void,
+                )
+            }
+            .expect("launch host function");
+            gate
+        }
+
+        pub fn open(&self) {
+            *self.open.lock().expect("gate") = true;
+            self.cv.notify_all();
+        }
+    }
+
+    /// A context of the test's own, current: what another library on the thread may have.
+    pub fn other_context() -> sys::CUcontext {
+        let dev = cu::device::get(0).expect("device 0");
+        let mut ctx: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: `ctx` is a valid out-pointer; the context lives until the process ends.
+        unsafe { sys::cuCtxCreate_v2(&mut ctx, 0, dev) }
+            .result()
+            .expect("a context");
+        ctx
+    }
+
+    pub fn current() -> sys::CUcontext {
+        let mut ctx: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: `ctx` is a valid out-pointer.
+        unsafe { sys::cuCtxGetCurrent(&mut ctx) }
+            .result()
+            .expect("current");
+        ctx
+    }
+
+    pub fn set_current(ctx: sys::CUcontext) {
+        // SAFETY: `ctx` is a live context.
+        unsafe { cu::ctx::set_current(ctx) }.expect("set current");
+    }
+}
+
+/// The shared allocator `pairs` select on device 0, with its host streams (which carry the
+/// backend's events).
+fn shared(
+    name: &str,
+    pairs: &[(&str, &str)],
+) -> (
+    Factory,
+    Arc<dyn cuda_arena_core::Allocator>,
+    Arc<cuda_arena_core::ForeignStreams>,
+) {
+    let f = Factory::new(name, backend());
+    let c = f
+        .create_allocator(MemoryInfo::new(MemoryKind::Cuda, 0), Some(&config(pairs)))
+        .expect("allocator");
+    (f, c.allocator, c.streams)
+}
+
+/// Many allocations of varied sizes on a stream the host made: how many failed.
+fn failures_on_a_host_stream(pairs: &[(&str, &str)], name: &str) -> usize {
+    let (_f, a, streams) = shared(name, pairs);
+    let s = host::stream();
+    let stream = streams.get(s).expect("the host's stream");
+    let mut failures = 0;
+    let mut live = Vec::new();
+    for i in 0..20_000u64 {
+        let size = 256 + (i * 7919 % 97) * 4096;
+        match a.alloc_on_stream(size, &stream) {
+            Ok(Some(p)) => {
+                host::memset(p, (i % 251) as u8, size, s);
+                live.push(p);
+            }
+            Ok(None) => failures += 1,
+            Err(e) => {
+                if failures == 0 {
+                    println!("first failure: {}: {e}", e.code());
+                }
+                failures += 1;
+            }
+        }
+        if live.len() > 16 {
+            let p = live.remove((i % 16) as usize);
+            if a.free(p).is_err() {
+                failures += 1;
+            }
+        }
+    }
+    let last = *live.last().expect("live");
+    let size = 256 + (19_999u64 * 7919 % 97) * 4096;
+    host::sync(s);
+    assert!(
+        host::read(last, size as usize)
+            .iter()
+            .all(|&b| b == (19_999 % 251) as u8),
+        "the last block holds what the stream wrote"
+    );
+    for p in live {
+        if a.free(p).is_err() {
+            failures += 1;
+        }
+    }
+    host::sync(s);
+    drop(stream);
+    drop(streams.forget(s));
+    host::destroy(s);
+    failures
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn the_memory_pool_allocates_on_a_callers_stream_with_no_failures() {
+    // Issue 13: before, every allocation failed with ERR_ARENA_RELEASED.
+    let failures = failures_on_a_host_stream(&[("arena.use_cuda_mempool", "1")], "gpu-13-pool");
+    println!("memory pool, caller's stream: 20000 allocations, {failures} failures");
+    assert_eq!(failures, 0);
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn the_arena_allocates_on_a_callers_stream_with_no_failures() {
+    let failures = failures_on_a_host_stream(&[], "gpu-13-arena");
+    println!("arena, caller's stream: 20000 allocations, {failures} failures");
+    assert_eq!(failures, 0);
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn the_pools_reuse_flags_are_cudas_defaults_all_enabled() {
+    // What the pool relies on (pool.rs): the defaults, which never reuse a block before its
+    // free is ordered before the new user.
+    let pool = backend()
+        .memory_pool(0, &config(&[("arena.use_cuda_mempool", "1")]))
+        .expect("pool");
+    let flags = pool.reuse_flags().expect("flags");
+    println!("REUSE_FOLLOW_EVENT_DEPENDENCIES, ALLOW_OPPORTUNISTIC, ALLOW_INTERNAL_DEPENDENCIES: {flags:?}");
+    assert_eq!(flags, [true, true, true]);
+}
+
+/// S writes 0xAA into a block, frees it (S held at a gate, so that work is pending); T then
+/// allocates the same size and writes 0x55. Once both streams finish, T's block must hold
+/// 0x55: whatever block T got, S's pending write must not land in it afterwards.
+fn no_block_is_reused_before_its_streams_work(pairs: &[(&str, &str)], name: &str) -> (u64, u64) {
+    let (_f, a, streams) = shared(name, pairs);
+    let (s, t) = (host::stream(), host::stream());
+    let (ss, ts) = (streams.get(s).expect("s"), streams.get(t).expect("t"));
+    const LEN: u64 = 64 << 20;
+    let gate = host::Gate::hold(s);
+    let p = a.alloc_on_stream(LEN, &ss).expect("fits").expect("addr");
+    let wall = a.alloc_on_stream(LEN, &ss).expect("fits").expect("addr");
+    host::memset(p, 0xAA, LEN, s);
+    a.free(p).expect("free on S");
+    let q = a.alloc_on_stream(LEN, &ts).expect("fits").expect("addr");
+    host::memset(q, 0x55, LEN, t);
+    gate.open();
+    host::sync(s);
+    host::sync(t);
+    assert!(
+        host::read(q, LEN as usize).iter().all(|&b| b == 0x55),
+        "S's write landed in T's block: it was reused before S's work was done"
+    );
+    for x in [q, wall] {
+        a.free(x).expect("free");
+    }
+    host::sync(s);
+    host::sync(t);
+    drop((ss, ts));
+    streams.clear();
+    host::destroy(s);
+    host::destroy(t);
+    (p, q)
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn the_pool_never_gives_a_block_to_another_stream_before_its_streams_work() {
+    let (p, q) = no_block_is_reused_before_its_streams_work(
+        &[("arena.use_cuda_mempool", "1")],
+        "gpu-13-pool-order",
+    );
+    println!(
+        "pool: T got {} block",
+        if p == q {
+            "S's (ordered by the driver)"
+        } else {
+            "another"
+        }
+    );
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn cross_stream_reuse_in_the_arena_waits_for_the_event_recorded_after_the_free() {
+    let (_f, a, streams) = shared("gpu-13-arena-events", &[("arena.extend_strategy", "1")]);
+    let (s, t) = (host::stream(), host::stream());
+    let (ss, ts) = (streams.get(s).expect("s"), streams.get(t).expect("t"));
+    let gate = host::Gate::hold(s);
+    let p = a.alloc_on_stream(MIB, &ss).expect("fits").expect("addr");
+    let wall = a.alloc_on_stream(MIB, &ss).expect("fits").expect("addr");
+    host::memset(p, 0xAA, MIB, s);
+    a.free(p).expect("free on S");
+    assert_eq!(
+        a.alloc_on_stream(MIB, &ss).expect("fits"),
+        Some(p),
+        "S reuses its own chunk at once"
+    );
+    a.free(p).expect("free on S again");
+    let q = a.alloc_on_stream(MIB, &ts).expect("fits").expect("addr");
+    assert_ne!(
+        q, p,
+        "S's work up to the free is held at the gate: T may not take p"
+    );
+    gate.open();
+    host::sync(s);
+    let r = a.alloc_on_stream(MIB, &ts).expect("fits").expect("addr");
+    assert_eq!(r, p, "S's event has completed: T reuses p");
+    for x in [q, r, wall] {
+        a.free(x).expect("free");
+    }
+    host::sync(t);
+    drop((ss, ts));
+    streams.clear();
+    host::destroy(s);
+    host::destroy(t);
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn the_arena_never_gives_a_block_to_another_stream_before_its_streams_work() {
+    let (p, q) = no_block_is_reused_before_its_streams_work(
+        &[("arena.extend_strategy", "1")],
+        "gpu-13-arena-order",
+    );
+    assert_ne!(p, q);
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn a_pool_block_live_when_its_stream_is_reset_and_destroyed_is_freed_on_the_legacy_stream() {
+    let (_f, a, streams) = shared("gpu-13-pool-reset", &[("arena.use_cuda_mempool", "1")]);
+    let s = host::stream();
+    let stream = streams.get(s).expect("s");
+    let p = a
+        .alloc_on_stream(MIB, &stream)
+        .expect("fits")
+        .expect("addr");
+    host::sync(s);
+    drop(stream);
+    drop(streams.forget(s)); // the host's reset: S's work is done
+    host::destroy(s);
+    a.free(p)
+        .expect("freed on the legacy stream, not on the destroyed handle");
+    a.shrink().expect("trim");
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn record_stream_makes_the_free_wait_for_the_other_streams_work() {
+    // PyTorch's record_stream: a block allocated on S is also written on U. After its free on
+    // S, S reuses it at once; S's write must land after U's.
+    let f = Arc::new(Factory::new("gpu-13-record-stream", backend()));
+    let (d, _) = cuda_arena_core::PluggableDevice::new(f, 0, &config(&[])).expect("device");
+    let (s, u) = (host::stream(), host::stream());
+    let p = d.alloc(MIB, s).expect("fits").expect("addr");
+    d.record_stream(p, u).expect("record");
+    let gate = host::Gate::hold(u);
+    host::memset(p, 0xAA, MIB, u);
+    d.free(p, s).expect("free");
+    let q = d.alloc(MIB, s).expect("fits").expect("addr");
+    assert_eq!(q, p, "S reuses the block at once");
+    host::memset(q, 0x55, MIB, s);
+    gate.open();
+    host::sync(u);
+    host::sync(s);
+    assert!(
+        host::read(q, MIB as usize).iter().all(|&b| b == 0x55),
+        "U's write landed after S's: the free did not wait for U"
+    );
+    d.free(q, s).expect("free");
+    host::sync(s);
+    host::destroy(s);
+    host::destroy(u);
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn a_call_leaves_the_callers_current_context_as_it_was() {
+    // PyTorch frees a tensor of one device while another is current; the driver calls the
+    // pool makes must not leave its own context current.
+    let (_f, a, _streams) = shared("gpu-13-context", &[("arena.use_cuda_mempool", "1")]);
+    let other = host::other_context();
+    host::set_current(other);
+    let p = a.alloc(MIB).expect("fits").expect("addr");
+    assert_eq!(
+        host::current(),
+        other,
+        "alloc restored the caller's context"
+    );
+    a.free(p).expect("free");
+    assert_eq!(host::current(), other, "free restored the caller's context");
+    host::primary_context();
+}

@@ -1,0 +1,471 @@
+//! Events on streams the host owns (issue 13): how a chunk freed on host-owned stream S comes
+//! free for other streams without the host saying anything.
+//!
+//! A free on S takes the next *mark* of S (a number; no driver call, under the arena's lock).
+//! When another stream T finds no free chunk of its own, the arena covers S's marks with an
+//! event recorded on S (every mark taken so far happened before the record, so the event
+//! stands for S's work up to those frees) and queries S's events without blocking; once an
+//! event has completed, every chunk freed on S up to its marks may go to any stream. This is
+//! PyTorch's `record_stream` rule (an event recorded on the stream, queried before reuse),
+//! recorded lazily: a program that allocates on one stream never records an event.
+//!
+//! The driver is called only here, never under the arena's lock; each stream keeps at most
+//! [`MAX_PENDING_EVENTS`] events, recorded again in place when full (a later point of the
+//! same stream covers every earlier one), and hands them back to the backend's pool.
+//!
+//! [`StreamEvents`] is what a backend supplies: pooled `CUevent`s on `cuda`
+//! (`cuda-sys-bridge`), [`SimEvents`] for tests, whose streams finish when a test says so.
+
+use crate::error::{ArenaError, Result};
+use parking_lot::Mutex;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Events a stream keeps recorded and not yet seen complete.
+pub const MAX_PENDING_EVENTS: usize = 4;
+
+/// The legacy default stream's handle (CUDA's `CU_STREAM_LEGACY`). The null stream is a stream
+/// the host owns like any other; hosts that pass 0 for it (PyTorch does) are given this value.
+pub const LEGACY_STREAM: u64 = 1;
+
+/// Events on a backend's streams, named by opaque `u64` handles. Implementations pool their
+/// events; none of these calls may block except [`StreamEvents::synchronize`] and
+/// [`StreamEvents::synchronize_device`].
+pub trait StreamEvents: Send + Sync + std::fmt::Debug {
+    /// An event recorded on `stream`: it completes when the stream's work so far has.
+    fn record(&self, stream: u64) -> Result<u64>;
+
+    /// Records `event` again on `stream`, so that it now stands for the work so far.
+    fn rerecord(&self, event: u64, stream: u64) -> Result<()>;
+
+    /// Whether the work `event` stands for has completed. Never blocks.
+    fn is_done(&self, event: u64) -> Result<bool>;
+
+    /// Blocks until the work `event` stands for has completed.
+    fn synchronize(&self, event: u64) -> Result<()>;
+
+    /// Makes `stream`'s later work wait on the device for `event`; the host does not block.
+    fn stream_wait(&self, stream: u64, event: u64) -> Result<()>;
+
+    /// Hands `event` back to the pool; it may be recorded again for anyone.
+    fn release(&self, event: u64);
+
+    /// Blocks until all work on the device has completed (streams destroyed meanwhile
+    /// included).
+    fn synchronize_device(&self) -> Result<()>;
+
+    /// What the stream that handle `stream` names now is, unique for the life of the process
+    /// (CUDA: `cuStreamGetId`); `None` when unknown. A handle whose identity changes was
+    /// destroyed and its value reused for a new stream.
+    fn stream_identity(&self, stream: u64) -> Option<u64> {
+        let _ = stream;
+        None
+    }
+}
+
+/// The events of one host-owned stream: its marks, what is known complete, and the events
+/// recorded to find out. Shared by the stream and by the allocators that tag chunks with it.
+#[derive(Debug)]
+pub struct FreeEvents {
+    events: Arc<dyn StreamEvents>,
+    native: u64,
+    /// Marks taken so far: each free of a chunk tagged with the stream takes the next one.
+    marked: AtomicU64,
+    /// Every mark up to this one is known complete.
+    completed: AtomicU64,
+    /// Events recorded and not yet seen complete, oldest first, each with the highest mark
+    /// it covers (its label). At most [`MAX_PENDING_EVENTS`].
+    pending: Mutex<VecDeque<(u64, u64)>>,
+}
+
+impl FreeEvents {
+    /// The tracker for stream `native` of `events`' backend.
+    pub fn new(events: Arc<dyn StreamEvents>, native: u64) -> Self {
+        FreeEvents {
+            events,
+            native,
+            marked: AtomicU64::new(0),
+            completed: AtomicU64::new(0),
+            pending: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    /// The stream's handle.
+    pub fn native(&self) -> u64 {
+        self.native
+    }
+
+    /// The backend's events.
+    pub fn events(&self) -> &Arc<dyn StreamEvents> {
+        &self.events
+    }
+
+    /// Takes the next mark, for a free happening now. No driver call.
+    #[inline]
+    pub fn mark(&self) -> u64 {
+        self.marked.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    /// Whether the stream's work up to the free that took `mark` is known complete.
+    #[inline]
+    pub fn is_complete(&self, mark: u64) -> bool {
+        self.completed.load(Ordering::Acquire) >= mark
+    }
+
+    /// Whether some mark is not yet known complete.
+    pub fn has_incomplete(&self) -> bool {
+        self.marked.load(Ordering::Acquire) > self.completed.load(Ordering::Acquire)
+    }
+
+    /// Events recorded and not yet seen complete.
+    pub fn pending(&self) -> usize {
+        self.pending.lock().len()
+    }
+
+    /// Pops the events that have completed, oldest first; what they cover is then complete.
+    /// A query that fails counts as not complete (the chunks stay the stream's own).
+    fn poll(&self, pending: &mut VecDeque<(u64, u64)>) -> bool {
+        let mut advanced = false;
+        while let Some(&(label, ev)) = pending.front() {
+            if !self.events.is_done(ev).unwrap_or(false) {
+                break;
+            }
+            pending.pop_front();
+            self.events.release(ev);
+            self.completed.fetch_max(label, Ordering::AcqRel);
+            advanced = true;
+        }
+        advanced
+    }
+
+    /// Covers every mark taken so far with an event (recording one unless the newest
+    /// already covers them) and polls the events without blocking. Returns whether more
+    /// marks are now known complete. Takes only this stream's lock, never the arena's.
+    pub fn advance(&self) -> bool {
+        let mut pending = self.pending.lock();
+        let mut advanced = self.poll(&mut pending);
+        // Read before recording: every free that took a mark up to `label` happened before
+        // the record, so the event stands for the stream's work up to those frees.
+        let label = self.marked.load(Ordering::Acquire);
+        let covered = pending
+            .back()
+            .map_or(self.completed.load(Ordering::Acquire), |&(l, _)| l);
+        if label > covered {
+            let full = pending.len() >= MAX_PENDING_EVENTS;
+            match pending.back_mut() {
+                // Full: the newest event is recorded again, standing for a later point.
+                Some(back) if full => {
+                    if self.events.rerecord(back.1, self.native).is_ok() {
+                        back.0 = label;
+                    }
+                }
+                _ => {
+                    // A record that fails (a stream the host destroyed without a reset) covers
+                    // nothing: those chunks stay the stream's own until it is reset.
+                    if let Ok(ev) = self.events.record(self.native) {
+                        pending.push_back((label, ev));
+                    }
+                }
+            }
+            advanced |= self.poll(&mut pending);
+        }
+        advanced
+    }
+
+    /// Blocks until every mark taken so far is complete, as on the way to out of memory.
+    /// Returns whether more marks are now known complete.
+    pub fn finish(&self) -> bool {
+        self.advance();
+        let mut pending = self.pending.lock();
+        let Some(&(label, ev)) = pending.back() else {
+            return false;
+        };
+        if self.events.synchronize(ev).is_err() {
+            return false;
+        }
+        // The newest event covers all the others: they are done too.
+        for (_, ev) in pending.drain(..) {
+            self.events.release(ev);
+        }
+        self.completed.fetch_max(label, Ordering::AcqRel);
+        true
+    }
+}
+
+impl Drop for FreeEvents {
+    fn drop(&mut self) {
+        for (_, ev) in self.pending.get_mut().drain(..) {
+            self.events.release(ev);
+        }
+    }
+}
+
+/// Simulated events for `host` and `virtual` and for tests: a stream's work is a count of
+/// the events recorded on it, and it completes when [`SimEvents::finish`] says so (or at once
+/// with [`SimEvents::immediate`], for memory with no asynchronous work behind it).
+#[derive(Debug, Default)]
+pub struct SimEvents {
+    state: Mutex<SimState>,
+}
+
+#[derive(Debug, Default)]
+struct SimState {
+    /// Event handle - 1 → (stream, position on it, handed out).
+    events: Vec<(u64, u64, bool)>,
+    /// Handles back in the pool.
+    free: Vec<u64>,
+    /// Stream → (records so far, records finished).
+    streams: BTreeMap<u64, (u64, u64)>,
+    /// Every `stream_wait(stream, event)` so far, as (stream, the event's stream).
+    waits: Vec<(u64, u64)>,
+    identities: BTreeMap<u64, u64>,
+    immediate: bool,
+    failing: Vec<u64>,
+    device_syncs: u64,
+}
+
+impl SimEvents {
+    /// Events that complete when [`SimEvents::finish`] finishes their stream.
+    pub fn new() -> Arc<Self> {
+        Arc::new(SimEvents::default())
+    }
+
+    /// Events that are complete when recorded: memory with no asynchronous work behind it.
+    pub fn immediate() -> Arc<Self> {
+        let s = SimEvents::default();
+        s.state.lock().immediate = true;
+        Arc::new(s)
+    }
+
+    /// The work recorded on `stream` so far has completed.
+    pub fn finish(&self, stream: u64) {
+        let mut st = self.state.lock();
+        let e = st.streams.entry(stream).or_default();
+        e.1 = e.0;
+    }
+
+    /// Events handed out and not yet back in the pool.
+    pub fn outstanding(&self) -> usize {
+        self.state.lock().events.iter().filter(|e| e.2).count()
+    }
+
+    /// Events ever created (the pool's size).
+    pub fn created(&self) -> usize {
+        self.state.lock().events.len()
+    }
+
+    /// Events recorded on `stream` so far (records and re-records).
+    pub fn records(&self, stream: u64) -> u64 {
+        self.state.lock().streams.get(&stream).map_or(0, |e| e.0)
+    }
+
+    /// Every `stream_wait` so far, as (waiting stream, the stream the event was recorded on).
+    pub fn waits(&self) -> Vec<(u64, u64)> {
+        self.state.lock().waits.clone()
+    }
+
+    /// How many times the whole device was synchronized.
+    pub fn device_syncs(&self) -> u64 {
+        self.state.lock().device_syncs
+    }
+
+    /// Handle `stream` now names the stream `identity` (a destroyed stream's value reused).
+    pub fn set_identity(&self, stream: u64, identity: u64) {
+        self.state.lock().identities.insert(stream, identity);
+    }
+
+    /// Records on `stream` fail from now on, as on a stream the host destroyed.
+    pub fn fail_records_on(&self, stream: u64) {
+        self.state.lock().failing.push(stream);
+    }
+
+    fn event(st: &SimState, event: u64) -> Result<(u64, u64)> {
+        match event.checked_sub(1).and_then(|i| st.events.get(i as usize)) {
+            Some(&(stream, pos, true)) => Ok((stream, pos)),
+            _ => Err(ArenaError::invalid_argument(format!(
+                "{event} is not a live simulated event"
+            ))),
+        }
+    }
+
+    fn place(st: &mut SimState, stream: u64) -> Result<u64> {
+        if st.failing.contains(&stream) {
+            return Err(ArenaError::Cuda {
+                name: "CUDA_ERROR_INVALID_HANDLE".into(),
+                message: "cuEventRecord failed (simulated)".into(),
+            });
+        }
+        let immediate = st.immediate;
+        let e = st.streams.entry(stream).or_default();
+        e.0 += 1;
+        if immediate {
+            e.1 = e.0;
+        }
+        Ok(e.0)
+    }
+}
+
+impl StreamEvents for SimEvents {
+    fn record(&self, stream: u64) -> Result<u64> {
+        let mut st = self.state.lock();
+        let pos = Self::place(&mut st, stream)?;
+        let handle = match st.free.pop() {
+            Some(h) => h,
+            None => {
+                st.events.push((0, 0, false));
+                st.events.len() as u64
+            }
+        };
+        st.events[handle as usize - 1] = (stream, pos, true);
+        Ok(handle)
+    }
+
+    fn rerecord(&self, event: u64, stream: u64) -> Result<()> {
+        let mut st = self.state.lock();
+        Self::event(&st, event)?;
+        let pos = Self::place(&mut st, stream)?;
+        st.events[event as usize - 1] = (stream, pos, true);
+        Ok(())
+    }
+
+    fn is_done(&self, event: u64) -> Result<bool> {
+        let st = self.state.lock();
+        let (stream, pos) = Self::event(&st, event)?;
+        Ok(st.streams.get(&stream).is_some_and(|e| e.1 >= pos))
+    }
+
+    fn synchronize(&self, event: u64) -> Result<()> {
+        let mut st = self.state.lock();
+        let (stream, pos) = Self::event(&st, event)?;
+        let e = st.streams.entry(stream).or_default();
+        e.1 = e.1.max(pos);
+        Ok(())
+    }
+
+    fn stream_wait(&self, stream: u64, event: u64) -> Result<()> {
+        let mut st = self.state.lock();
+        let (from, _) = Self::event(&st, event)?;
+        st.waits.push((stream, from));
+        Ok(())
+    }
+
+    fn release(&self, event: u64) {
+        let mut st = self.state.lock();
+        if let Some(e) = event
+            .checked_sub(1)
+            .and_then(|i| st.events.get_mut(i as usize))
+        {
+            if e.2 {
+                e.2 = false;
+                st.free.push(event);
+            }
+        }
+    }
+
+    fn synchronize_device(&self) -> Result<()> {
+        let mut st = self.state.lock();
+        st.device_syncs += 1;
+        for e in st.streams.values_mut() {
+            e.1 = e.0;
+        }
+        Ok(())
+    }
+
+    fn stream_identity(&self, stream: u64) -> Option<u64> {
+        self.state.lock().identities.get(&stream).copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tracker(sim: &Arc<SimEvents>, native: u64) -> FreeEvents {
+        FreeEvents::new(sim.clone(), native)
+    }
+
+    #[test]
+    fn a_mark_is_complete_only_once_an_event_after_it_has_completed() {
+        let sim = SimEvents::new();
+        let f = tracker(&sim, 7);
+        let m = f.mark();
+        assert!(!f.is_complete(m));
+        assert!(!f.advance(), "recorded, not yet complete");
+        assert!(!f.is_complete(m));
+        sim.finish(7);
+        assert!(f.advance());
+        assert!(f.is_complete(m));
+        assert!(!f.has_incomplete());
+    }
+
+    #[test]
+    fn a_mark_taken_after_the_record_waits_for_a_later_event() {
+        let sim = SimEvents::new();
+        let f = tracker(&sim, 7);
+        let first = f.mark();
+        f.advance();
+        let second = f.mark();
+        sim.finish(7);
+        f.advance();
+        assert!(f.is_complete(first));
+        assert!(!f.is_complete(second), "its free came after the event");
+        sim.finish(7);
+        f.advance();
+        assert!(f.is_complete(second));
+    }
+
+    #[test]
+    fn a_stream_never_keeps_more_than_the_bound_of_events() {
+        let sim = SimEvents::new();
+        let f = tracker(&sim, 7);
+        for _ in 0..1000 {
+            f.mark();
+            f.advance();
+        }
+        assert_eq!(f.pending(), MAX_PENDING_EVENTS);
+        assert_eq!(sim.outstanding(), MAX_PENDING_EVENTS);
+        let last = f.mark();
+        f.advance();
+        sim.finish(7);
+        f.advance();
+        assert!(
+            f.is_complete(last),
+            "the re-recorded event covers the newest mark"
+        );
+        assert_eq!(sim.outstanding(), 0, "every event went back to the pool");
+        assert!(sim.created() <= MAX_PENDING_EVENTS);
+    }
+
+    #[test]
+    fn finish_blocks_until_every_mark_is_complete() {
+        let sim = SimEvents::new();
+        let f = tracker(&sim, 7);
+        let m = f.mark();
+        assert!(f.finish());
+        assert!(f.is_complete(m));
+        assert_eq!(sim.outstanding(), 0);
+    }
+
+    #[test]
+    fn a_failed_record_covers_nothing() {
+        let sim = SimEvents::new();
+        sim.fail_records_on(7);
+        let f = tracker(&sim, 7);
+        let m = f.mark();
+        assert!(!f.advance());
+        assert!(!f.finish());
+        assert!(!f.is_complete(m));
+    }
+
+    #[test]
+    fn dropping_the_tracker_hands_its_events_back() {
+        let sim = SimEvents::new();
+        let f = tracker(&sim, 7);
+        f.mark();
+        f.advance();
+        assert_eq!(sim.outstanding(), 1);
+        drop(f);
+        assert_eq!(sim.outstanding(), 0);
+    }
+}

@@ -1,0 +1,318 @@
+//! Issue 13: streams the host owns, with events. A chunk freed on host-owned stream S is
+//! reused on S at once, and on another stream only once S's work up to the free has completed
+//! (an event recorded on S after the free, queried before reuse), or after the host resets S.
+//! The events are simulated ([`SimEvents`]): a stream's work completes when the test says so.
+
+mod common;
+
+use common::*;
+use cuda_arena_core::{
+    Allocator, Arena, ForeignStreams, SimEvents, Stream, StreamEvents, VirtualAllocator,
+    MAX_PENDING_EVENTS,
+};
+use std::sync::Arc;
+
+const S: u64 = 0x5000;
+const T: u64 = 0x7000;
+
+/// Each region exactly the request: a freed chunk is the only place a request of its size
+/// fits, so whether another stream may take it shows.
+const EXACT: &[(&str, &str)] = &[("arena.extend_strategy", "1")];
+
+/// An arena and the host-owned streams of one allocator, with simulated events.
+fn setup(pairs: &[(&str, &str)]) -> (Arena<VirtualAllocator>, ForeignStreams, Arc<SimEvents>) {
+    let sim = SimEvents::new();
+    let events: Arc<dyn StreamEvents> = sim.clone();
+    (
+        virtual_arena(pairs),
+        ForeignStreams::with_events(Some(events)),
+        sim,
+    )
+}
+
+fn on(a: &impl Allocator, s: &Stream, size: u64) -> u64 {
+    a.alloc_on_stream(size, s)
+        .expect("alloc succeeds")
+        .expect("an address")
+}
+
+#[test]
+fn a_chunk_freed_on_a_host_stream_is_reused_on_that_stream_at_once() {
+    let (a, f, sim) = setup(&[]);
+    let s = f.get(S).expect("stream");
+    let p = on(&a, &s, 4096);
+    a.free(p).expect("free");
+    assert_eq!(on(&a, &s, 4096), p);
+    assert_eq!(sim.records(S), 0, "reuse on the same stream needs no event");
+    a.check_invariants().expect("invariants");
+}
+
+#[test]
+fn another_stream_takes_it_only_once_the_streams_work_up_to_the_free_has_completed() {
+    let (a, f, sim) = setup(EXACT);
+    let (s, t) = (f.get(S).expect("s"), f.get(T).expect("t"));
+    let p = on(&a, &s, 4096);
+    let _keep = on(&a, &s, 4096);
+    a.free(p).expect("free");
+    let q = on(&a, &t, 4096);
+    assert_ne!(q, p, "S's work may still use it");
+    assert!(sim.records(S) >= 1, "T's miss recorded an event on S");
+    sim.finish(S);
+    let r = on(&a, &t, 4096);
+    assert_eq!(r, p, "S's work up to the free is done: T reuses the chunk");
+    a.check_invariants().expect("invariants");
+}
+
+#[test]
+fn a_chunk_freed_after_the_completed_event_waits_for_a_later_one() {
+    let (a, f, sim) = setup(EXACT);
+    let (s, t) = (f.get(S).expect("s"), f.get(T).expect("t"));
+    let p = on(&a, &s, 4096);
+    let _wall = on(&a, &s, 4096);
+    let q = on(&a, &s, 4096);
+    let _wall2 = on(&a, &s, 4096);
+    a.free(p).expect("free p");
+    let _t1 = on(&a, &t, 4096); // a miss: records an event on S covering p's free
+    sim.finish(S);
+    a.free(q).expect("free q, after that event");
+    let got = on(&a, &t, 4096);
+    assert_eq!(got, p, "p's free is covered by the completed event");
+    let next = on(&a, &t, 4096);
+    assert_ne!(next, q, "q was freed after it: S may still be using it");
+    sim.finish(S);
+    assert_eq!(on(&a, &t, 4096), q);
+}
+
+#[test]
+fn a_reset_frees_the_streams_chunks_for_every_stream_without_an_event() {
+    let (a, f, sim) = setup(&[]);
+    let s = f.get(S).expect("s");
+    let p = on(&a, &s, 4096);
+    a.free(p).expect("free");
+    drop(s);
+    drop(f.forget(S)); // the host says S's work is done (cuda_arena_reset_stream)
+    let t = f.get(T).expect("t");
+    assert_eq!(on(&a, &t, 4096), p);
+    assert_eq!(sim.records(S), 0);
+    assert_eq!(sim.outstanding(), 0, "the reset stream's events went back");
+}
+
+#[test]
+fn a_handle_reset_and_used_again_starts_fresh() {
+    let (a, f, _sim) = setup(&[]);
+    let old = f.get(S).expect("s");
+    let p = on(&a, &old, 4096);
+    drop(f.forget(S));
+    let fresh = f.get(S).expect("the same value, a new stream");
+    assert_ne!(fresh.id(), old.id());
+    drop(old);
+    a.free(p)
+        .expect("free of a chunk allocated before the reset");
+    assert_eq!(
+        on(&a, &f.get(T).expect("t"), 4096),
+        p,
+        "it lost the old stream's tag"
+    );
+}
+
+#[test]
+fn a_handle_the_driver_reuses_for_a_new_stream_without_a_reset_is_a_new_stream() {
+    let (a, f, sim) = setup(&[]);
+    sim.set_identity(S, 1);
+    let old = f.get(S).expect("s");
+    let p = on(&a, &old, 4096);
+    let _wall = on(&a, &old, 4096);
+    a.free(p).expect("free");
+    let old_id = old.id();
+    drop(old);
+    // The host destroys S without a reset; the driver gives the value to a new stream.
+    sim.set_identity(S, 2);
+    let new = f.get(S).expect("a new stream");
+    assert_ne!(new.id(), old_id);
+    assert_eq!(
+        sim.device_syncs(),
+        1,
+        "the old stream's work, which may outlive its destroy, finished first"
+    );
+    assert_eq!(f.len(), 1, "the old stream is forgotten");
+    assert_eq!(
+        on(&a, &new, 4096),
+        p,
+        "its chunks were reset, now that it is done"
+    );
+    a.check_invariants().expect("invariants");
+}
+
+#[test]
+fn a_reused_handle_whose_old_work_is_known_done_needs_no_device_sync() {
+    let (a, f, sim) = setup(EXACT);
+    sim.set_identity(S, 1);
+    let old = f.get(S).expect("s");
+    let p = on(&a, &old, 4096);
+    a.free(p).expect("free");
+    drop(old);
+    on(&a, &f.get(T).expect("t"), 4096); // a miss: S's free is covered by an event
+    sim.finish(S);
+    sim.set_identity(S, 2);
+    f.get(S).expect("a new stream");
+    assert_eq!(sim.device_syncs(), 0);
+}
+
+#[test]
+fn pending_events_stay_bounded_however_many_frees_wait() {
+    let (a, f, sim) = setup(&[]);
+    let (s, t) = (f.get(S).expect("s"), f.get(T).expect("t"));
+    let mut held = Vec::new();
+    for _ in 0..2000 {
+        let p = on(&a, &s, 4096);
+        a.free(p).expect("free");
+        let wall = on(&a, &s, 4096);
+        // T misses each time (S never finishes), so each miss covers S's new free.
+        held.push(on(&a, &t, 4096));
+        held.push(wall);
+    }
+    assert!(
+        sim.outstanding() <= MAX_PENDING_EVENTS,
+        "{} events outstanding",
+        sim.outstanding()
+    );
+    assert!(sim.created() <= MAX_PENDING_EVENTS + 1);
+    for p in held {
+        a.free(p).expect("free");
+    }
+    a.check_invariants().expect("invariants");
+}
+
+#[test]
+fn one_stream_alone_records_no_events_however_much_it_frees() {
+    let (a, f, sim) = setup(&[]);
+    let s = f.get(S).expect("s");
+    for i in 0..10_000u64 {
+        let p = on(&a, &s, 256 + (i % 64) * 4096);
+        a.free(p).expect("free");
+    }
+    assert_eq!(sim.records(S), 0);
+    assert_eq!(sim.created(), 0);
+}
+
+#[test]
+fn without_resets_a_host_streams_chunks_come_free_once_its_work_is_done() {
+    // A host that never resets (PyTorch): S frees, then only T allocates. Once S's work is
+    // done, T's allocations reuse S's memory instead of growing the arena.
+    let (a, f, sim) = setup(EXACT);
+    let (s, t) = (f.get(S).expect("s"), f.get(T).expect("t"));
+    let ps: Vec<u64> = (0..64).map(|_| on(&a, &s, 64 * KIB)).collect();
+    for p in ps {
+        a.free(p).expect("free");
+    }
+    let held_before = a.stats().total_allocated;
+    let first = on(&a, &t, 64 * KIB); // a miss: covers S's frees with an event, then grows
+    sim.finish(S);
+    let qs: Vec<u64> = (0..64).map(|_| on(&a, &t, 64 * KIB)).collect();
+    assert_eq!(
+        a.stats().total_allocated,
+        held_before + 64 * KIB,
+        "T reused S's memory; it grew only for the request made before S's work was done"
+    );
+    a.free(first).expect("free");
+    for q in qs {
+        a.free(q).expect("free");
+    }
+    a.check_invariants().expect("invariants");
+}
+
+#[test]
+fn out_of_memory_waits_for_other_streams_frees_before_failing() {
+    // What bounds a host stream's chunks when nothing resets it and other streams need the
+    // memory: on the way to out of memory the arena waits for the frees' events.
+    let (a, f, sim) = setup(&[
+        ("arena.max_mem", "1048576"),
+        ("arena.initial_chunk_size_bytes", "1048576"),
+    ]);
+    let (s, t) = (f.get(S).expect("s"), f.get(T).expect("t"));
+    let p = on(&a, &s, 512 * KIB);
+    let _wall = on(&a, &s, 256 * KIB); // the region stays in use: it cannot be handed back
+    a.free(p).expect("free");
+    let q = on(&a, &t, 512 * KIB);
+    assert_eq!(
+        q, p,
+        "T waited for S's work up to the free rather than fail"
+    );
+    assert!(sim.records(S) >= 1);
+    assert_eq!(sim.outstanding(), 0);
+    a.check_invariants().expect("invariants");
+}
+
+#[test]
+fn a_stream_without_events_keeps_its_chunks_until_reset() {
+    // Backends without events (host, virtual): the previous rule, unchanged.
+    let a = virtual_arena(&[]);
+    let f = ForeignStreams::new();
+    let (s, t) = (f.get(S).expect("s"), f.get(T).expect("t"));
+    let p = on(&a, &s, 4096);
+    a.free(p).expect("free");
+    assert_ne!(on(&a, &t, 4096), p);
+    drop(s);
+    drop(f.forget(S));
+    assert_eq!(on(&a, &t, 4096), p);
+}
+
+#[test]
+fn a_logical_stream_that_waited_on_nothing_does_not_take_a_host_streams_chunk() {
+    let (a, f, sim) = setup(EXACT);
+    let s = f.get(S).expect("s");
+    let p = on(&a, &s, 4096);
+    a.free(p).expect("free");
+    let logical = Stream::new();
+    assert_ne!(on(&a, &logical, 4096), p);
+    sim.finish(S);
+    assert_eq!(on(&a, &logical, 4096), p);
+}
+
+#[test]
+fn a_plain_allocation_takes_a_host_streams_chunk_only_once_its_work_is_done() {
+    let (a, f, sim) = setup(EXACT);
+    let s = f.get(S).expect("s");
+    let p = on(&a, &s, 4096);
+    let _wall = on(&a, &s, 4096);
+    a.free(p).expect("free");
+    assert_ne!(alloc(&a, 4096), p);
+    sim.finish(S);
+    assert_eq!(alloc(&a, 4096), p);
+}
+
+#[test]
+fn threads_on_host_streams_with_events_keep_the_arena_consistent_and_every_stat_exact() {
+    // Events that complete at once: a miss lets go of the lock, polls the other streams'
+    // events and takes the lock again, while other threads allocate and free.
+    let a = Arc::new(virtual_arena(&[("arena.extend_strategy", "1")]));
+    let events: Arc<dyn StreamEvents> = SimEvents::immediate();
+    let f = Arc::new(ForeignStreams::with_events(Some(events)));
+    let threads: Vec<_> = (0..4u64)
+        .map(|n| {
+            let (a, f) = (a.clone(), f.clone());
+            std::thread::spawn(move || {
+                let s = f.get(0x1000 * (n + 1)).expect("stream");
+                let mut held = Vec::new();
+                for i in 0..3000u64 {
+                    let size = 4096 * (1 + (i * 13 + n) % 32);
+                    held.push(on(&*a, &s, size));
+                    if held.len() > 8 {
+                        let p = held.remove(((i + n) % 8) as usize);
+                        a.free(p).expect("free");
+                    }
+                }
+                for p in held {
+                    a.free(p).expect("free");
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("thread");
+    }
+    a.check_invariants().expect("invariants");
+    let st = a.stats();
+    assert_eq!(st.in_use, 0);
+    assert_eq!(st.num_allocs, 4 * 3000);
+}
