@@ -11,5 +11,5 @@ exe=$(cargo test -p cuda-sys-bridge --release --no-run 2>&1 |
 [ -n "$exe" ] && [ -x "$exe" ] || { echo "no GPU test binary found" >&2; exit 1; }
 cp "$exe" .device/gpu-tests
 cargo build -p cuda-arena-c --release
-cp target/release/libcuda_arena.so .device/libcuda_arena.so
+cp "${CARGO_TARGET_DIR:-target}/release/libcuda_arena.so" .device/libcuda_arena.so
 ls -l .device/gpu-tests .device/libcuda_arena.so
