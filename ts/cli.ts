@@ -18,6 +18,8 @@ const KINDS = ['inference', 'mixed', 'small', 'growing'] as const
 const MAX_TRACE_LINES = 100_000_000
 /** The most distinct stream numbers a replayed trace may use. */
 const MAX_STREAMS = 1024
+/** The largest PyTorch memory snapshot `replay` reads (`MAX_SNAPSHOT_BYTES` in Rust). */
+const MAX_SNAPSHOT_BYTES = 2 ** 30
 
 const HELP: Record<string, string> = {
   main: `cuda-arena: a GPU memory arena with ONNX Runtime's semantics
@@ -48,11 +50,13 @@ platform's package (include/cuda_arena.h, lib/libcuda_arena.so), for example:
   cc app.c $(npx cuda-arena c-flags) -o app
 With --json: the package, include and library directories, and the flags.`,
   replay: `Usage: cuda-arena replay TRACE|--sample NAME [--backend cuda|virtual] [--config k=v ...]
-                          [--compare 'k=v,k=v' ...] [--json] [--html FILE] [--lenient]
+                          [--compare 'k=v,k=v' ...] [--json] [--html FILE] [--lenient] [--device N]
 
 Replays the trace through a fresh arena per config and prints, per config: peak bytes
 requested, peak bytes held, held/requested, arena extensions and shrinkages, the final stats
-(bytes held at the end, MaxInUse; every stat with --json), and ns/op.
+(bytes held at the end, MaxInUse; every stat with --json), and ns/op. TRACE is a trace file
+(JSON lines) or a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot's pickle, told by
+its first byte): its allocs and requested frees are replayed, and what was skipped is counted.
   --sample NAME   a generated sample trace: ${KINDS.join(', ')} (100,000 ops)
   --backend       cuda (default when a GPU is present) or virtual
   --config k=v    an arena.* option for every config (repeatable)
@@ -60,11 +64,13 @@ requested, peak bytes held, held/requested, arena extensions and shrinkages, the
   --json          print the results as JSON
   --html FILE     also write a page drawing memory over the replay and the final regions
   --lenient       skip malformed lines and count them instead of stopping
+  --device N      a snapshot's device to replay (default: the one with the most events)
 
 A config with arena.use_cuda_mempool=1 replays through the memory pool (it has no regions:
 held is what the pool keeps from the device). Each "stream" number in the trace replays on a
 stream of its own (at most ${MAX_STREAMS} distinct). A line over 4096 bytes, or more than
-${MAX_TRACE_LINES} lines, stops the replay even with --lenient.`,
+${MAX_TRACE_LINES} lines, stops the replay even with --lenient. A snapshot is read whole, at most
+${MAX_SNAPSHOT_BYTES} bytes; docs/pytorch.md says how its events become the trace.`,
 }
 
 class UsageError extends Error {}
@@ -206,12 +212,34 @@ function maxLines(): number {
 
 const plural = (n: number, one: string, many: string): string => `${n} ${n === 1 ? one : many}`
 
+/** One line on what a PyTorch snapshot's reader replayed, skipped and counted. */
+function snapshotSummary(s: NonNullable<ReturnType<typeof native.replayTraceFile>['snapshot']>): string {
+  const devices = s.deviceEvents.length
+  const skipped = [
+    s.unknownFrees ? `${plural(s.unknownFrees, 'free', 'frees')} of blocks allocated before the history starts` : '',
+    s.liveAddressAllocs ? `${plural(s.liveAddressAllocs, 'alloc', 'allocs')} at a live address (its block freed first)` : '',
+    s.zeroSizeAllocs ? `${plural(s.zeroSizeAllocs, 'alloc', 'allocs')} of 0 bytes` : '',
+    s.freeCompleted ? `${s.freeCompleted} free_completed` : '',
+    s.segmentEvents ? `${plural(s.segmentEvents, 'segment event', 'segment events')}` : '',
+    s.otherEvents ? `${plural(s.otherEvents, 'other event', 'other events')} (snapshot, oom, ...)` : '',
+  ].filter(Boolean)
+  return (
+    `PyTorch snapshot, device ${s.device} (of ${devices}, ${plural(s.deviceEvents[s.device] ?? 0, 'event', 'events')}): ` +
+    `${plural(s.allocs, 'alloc', 'allocs')} and ${plural(s.frees, 'free', 'frees')} replayed on ${plural(s.streams.length, 'stream', 'streams')}` +
+    (s.freedAtEnd ? `, ${plural(s.freedAtEnd, 'block', 'blocks')} live at the end freed at the end` : '') +
+    (skipped.length ? `; not replayed: ${skipped.join(', ')}` : '')
+  )
+}
+
 function replay(args: string[]): number {
-  const p = parseArgs(args, ['--sample', '--backend', '--config', '--compare', '--html'], ['--json', '--lenient'])
+  const p = parseArgs(args, ['--sample', '--backend', '--config', '--compare', '--html', '--device'], ['--json', '--lenient'])
   const sample = one(p, '--sample')
   if (p.positional.length > 1) throw new UsageError('give one trace file')
   if ((sample === undefined) === (p.positional.length === 0)) throw new UsageError('give a trace file or --sample NAME (one of them)')
   if (sample !== undefined && !(KINDS as readonly string[]).includes(sample)) throw new UsageError(`--sample must be one of ${KINDS.join(', ')}`)
+  const deviceFlag = one(p, '--device')
+  const device = deviceFlag === undefined ? undefined : digits('--device', deviceFlag, 2 ** 32 - 1)
+  if (device !== undefined && sample !== undefined) throw new UsageError('--device is for a PyTorch memory snapshot, not --sample')
   const backend = one(p, '--backend') ?? (cudaAvailable() ? 'cuda' : 'virtual')
   if (backend !== 'cuda' && backend !== 'virtual') throw new UsageError('--backend must be cuda or virtual')
   const base = pairs(p.flags.get('--config') ?? [], '--config')
@@ -227,7 +255,7 @@ function replay(args: string[]): number {
     // A progress bar for replays over a second, on a terminal only. The delay can be set (for
     // tests) with CUDA_ARENA_PROGRESS_AFTER_MS.
     const after = process.stderr.isTTY === true ? Number(process.env.CUDA_ARENA_PROGRESS_AFTER_MS ?? 1000) : 0
-    const result = native.replayTraceFile(file, backend, configs, one(p, '--lenient') !== undefined, 200, after, limit)
+    const result = native.replayTraceFile(file, backend, configs, { lenient: one(p, '--lenient') !== undefined, samples: 200, progressAfterMs: after, maxLines: limit, device })
     for (const r of result.runs) for (const w of r.warnings) console.error(`cuda-arena replay: warning: ${oneLine(w)}`)
     const what = sample ? `sample ${sample}` : file
     if (html) {
@@ -235,7 +263,7 @@ function replay(args: string[]): number {
       html.write(renderReport(`cuda-arena replay of ${what} on ${backend}`, runs))
     }
     if (one(p, '--json')) {
-      const json = { trace: sample ? `sample:${sample}` : file, backend, linesSkipped: result.linesSkipped, linesSkippedCount: result.linesSkippedCount, runs: result.runs.map((r, i) => ({ label: labels[i], ...r })) }
+      const json = { trace: sample ? `sample:${sample}` : file, backend, linesSkipped: result.linesSkipped, linesSkippedCount: result.linesSkippedCount, snapshot: result.snapshot ?? null, runs: result.runs.map((r, i) => ({ label: labels[i], ...r })) }
       console.log(JSON.stringify(json, (_, v: unknown) => (typeof v === 'bigint' ? Number(v) : v), 2))
       return 0
     }
@@ -245,6 +273,7 @@ function replay(args: string[]): number {
       first?.liveAtEnd ? `${plural(first.liveAtEnd, 'allocation', 'allocations')} live at the end (freed after the replay)` : '',
     ].filter(Boolean)
     console.log(`trace ${what}: ${first?.ops ?? 0} ops on ${backend}${notes.map((n) => `, ${n}`).join('')}`)
+    if (result.snapshot) console.log(snapshotSummary(result.snapshot))
     // A memory pool has no regions: "extensions" does not apply to it.
     const isPool = (r: (typeof result.runs)[number]): boolean => r.allocator === 'memory pool'
     const rows = result.runs.map((r, i) => [

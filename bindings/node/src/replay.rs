@@ -7,11 +7,16 @@
 use crate::allocator::NativeAllocator;
 use crate::error::{invalid, js, Result};
 use cuda_arena_core::factory::{selected_allocator, Selected};
+use cuda_arena_core::torch_snapshot::{
+    looks_like_pickle, read_snapshot, SnapshotReport, MAX_SNAPSHOT_BYTES,
+};
 use cuda_arena_core::trace::{
     mixed_trace, named_trace, replay_observed, ReplayReport, TraceOp, TraceStreams,
     MAX_TRACE_STREAMS,
 };
-use cuda_arena_core::trace_format::{parse_trace_reader, write_trace, MAX_TRACE_LINES};
+use cuda_arena_core::trace_format::{
+    parse_trace_reader, write_trace, ParsedTrace, MAX_TRACE_LINES,
+};
 use cuda_arena_core::{ArenaConfig, Backend, MemoryKind, SharedKind, SimBackend, SimKind};
 use napi::bindgen_prelude::BigUint64Array;
 use napi_derive::napi;
@@ -221,6 +226,59 @@ pub struct JsFileReplays {
     pub lines_skipped_count: f64,
     pub parse_ns: f64,
     pub runs: Vec<JsFileReplay>,
+    /// For a PyTorch memory snapshot: what its reader replayed, skipped and counted; absent
+    /// for a trace file.
+    pub snapshot: Option<JsSnapshotReport>,
+}
+
+/// What reading a PyTorch memory snapshot did (`cuda_arena_core::torch_snapshot`).
+#[napi(object)]
+pub struct JsSnapshotReport {
+    /// The device replayed.
+    pub device: u32,
+    /// Events per device, for every device in the snapshot.
+    pub device_events: Vec<f64>,
+    /// `alloc` events replayed.
+    pub allocs: f64,
+    /// `free_requested` events replayed.
+    pub frees: f64,
+    /// `free_requested` events of blocks allocated before the history starts: skipped.
+    pub unknown_frees: f64,
+    /// `alloc` events at an address still live: the live block was freed first.
+    pub live_address_allocs: f64,
+    /// `alloc` events of size 0: skipped.
+    pub zero_size_allocs: f64,
+    /// Blocks live after the last event: freed at the end of the trace.
+    pub freed_at_end: f64,
+    /// `free_completed` events: not replayed.
+    pub free_completed: f64,
+    /// `segment_*` events: not replayed.
+    pub segment_events: f64,
+    /// `snapshot`, `oom` and unknown events: not replayed.
+    pub other_events: f64,
+    /// Torch's stream (a `cudaStream_t` as a number) of each trace stream, from 1.
+    pub streams: Vec<f64>,
+}
+
+impl From<&SnapshotReport> for JsSnapshotReport {
+    fn from(r: &SnapshotReport) -> Self {
+        JsSnapshotReport {
+            // Devices are counted by the snapshot's list, far below 2^32.
+            device: u32::try_from(r.device).unwrap_or(u32::MAX),
+            device_events: r.device_events.iter().map(|&n| n as f64).collect(),
+            allocs: r.allocs as f64,
+            frees: r.frees as f64,
+            unknown_frees: r.unknown_frees as f64,
+            live_address_allocs: r.live_address_allocs as f64,
+            zero_size_allocs: r.zero_size_allocs as f64,
+            freed_at_end: r.freed_at_end as f64,
+            free_completed: r.free_completed as f64,
+            segment_events: r.segment_events as f64,
+            other_events: r.other_events as f64,
+            // Handles are pointers, exact as JS numbers.
+            streams: r.streams.iter().map(|&s| s as f64).collect(),
+        }
+    }
 }
 
 /// `arena` or `memory pool`: what the command calls the allocator a config selected.
@@ -244,22 +302,44 @@ fn backend_for(name: &str) -> Result<Arc<dyn Backend>> {
     })
 }
 
-/// Reads and parses the trace at `path` (JSON lines, streamed: a line over 4 KiB or more than
-/// `max_lines` lines stop it), then replays it through a fresh allocator per config on
-/// `backend` (`virtual` or `cuda`): the one the config selects, the arena or the memory
-/// pool. Each distinct trace stream number gets its own stream. Reads the stats `samples`
-/// times and draws a progress bar on stderr for replays longer than `progress_after_ms`
-/// (0: never). The backend and every config are checked before the file is read.
+/// How `replay_trace_file` reads and replays.
+#[napi(object)]
+pub struct JsReplayFileOptions {
+    /// Skip malformed lines of a trace file and count them.
+    pub lenient: bool,
+    /// How many times to read the stats over a replay.
+    pub samples: u32,
+    /// Draw a progress bar on stderr for replays longer than this (0: never).
+    pub progress_after_ms: u32,
+    /// The most lines a trace file may have.
+    pub max_lines: f64,
+    /// A snapshot's device to replay (default: the one with the most events).
+    pub device: Option<u32>,
+}
+
+/// Reads the trace at `path`: a PyTorch memory snapshot when its first byte is a pickle's
+/// (read whole, at most `MAX_SNAPSHOT_BYTES`; `options.device` picks the device, default the
+/// one with the most events), else JSON lines (streamed: a line over 4 KiB or more than
+/// `options.max_lines` lines stop it; `options.device` must be absent). An empty file is
+/// neither. Then replays it through a fresh allocator per config on `backend` (`virtual` or
+/// `cuda`): the one the config selects, the arena or the memory pool. Each distinct trace
+/// stream number gets its own stream. Reads the stats `options.samples` times and draws a
+/// progress bar on stderr for replays longer than `options.progress_after_ms` (0: never).
+/// The backend and every config are checked before the file is read.
 #[napi(catch_unwind)]
 pub fn replay_trace_file(
     path: String,
     backend: String,
     configs: Vec<std::collections::HashMap<String, String>>,
-    lenient: bool,
-    samples: u32,
-    progress_after_ms: u32,
-    max_lines: f64,
+    options: JsReplayFileOptions,
 ) -> Result<JsFileReplays> {
+    let JsReplayFileOptions {
+        lenient,
+        samples,
+        progress_after_ms,
+        max_lines,
+        device,
+    } = options;
     let max_lines = whole("maxLines", max_lines, 0.0, MAX_TRACE_LINES as f64)? as usize;
     backend_for(&backend)?;
     let configs = configs
@@ -297,9 +377,9 @@ pub fn replay_trace_file(
             bar: &mut bar,
         },
     );
-    let parsed = parse_trace_reader(reader, lenient, max_lines);
+    let read = read_trace(&path, reader, size, lenient, max_lines, device);
     bar.finish();
-    let parsed = parsed.map_err(|e| invalid(format!("{path}:{e}")))?;
+    let (parsed, snapshot) = read?;
     let parse_ns = started.elapsed().as_nanos() as f64;
     let mut runs = Vec::new();
     let total = configs.len();
@@ -375,7 +455,73 @@ pub fn replay_trace_file(
         lines_skipped_count: parsed.skipped_lines as f64,
         parse_ns,
         runs,
+        snapshot: snapshot.as_ref().map(JsSnapshotReport::from),
     })
+}
+
+/// The trace in `reader` (the file `path`, of `size` bytes when it is a regular file, else 0),
+/// told by its first byte: a PyTorch memory snapshot (a pickle starts with 0x80, which no
+/// UTF-8 text does), or JSON lines.
+fn read_trace(
+    path: &str,
+    mut reader: impl std::io::BufRead,
+    size: u64,
+    lenient: bool,
+    max_lines: usize,
+    device: Option<u32>,
+) -> Result<(ParsedTrace, Option<SnapshotReport>)> {
+    let cannot_read = |e: &dyn std::fmt::Display| invalid(format!("cannot read {path}: {e}"));
+    let first = loop {
+        match reader.fill_buf() {
+            Ok(bytes) => break bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(cannot_read(&e)),
+        }
+    };
+    if first.is_empty() {
+        return Err(invalid(format!(
+            "{path} is empty: neither a trace (JSON lines) nor a PyTorch memory snapshot"
+        )));
+    }
+    if !looks_like_pickle(first) {
+        if let Some(d) = device {
+            return Err(invalid(format!(
+                "--device {d} is for PyTorch memory snapshots, and {path} is a trace (JSON lines)"
+            )));
+        }
+        let parsed = parse_trace_reader(reader, lenient, max_lines)
+            .map_err(|e| invalid(format!("{path}:{e}")))?;
+        return Ok((parsed, None));
+    }
+    let too_big = |what: String| {
+        invalid(format!(
+            "{path}: {what}, more than the {MAX_SNAPSHOT_BYTES} bytes a PyTorch memory snapshot \
+             is read up to (record a shorter history: a smaller max_entries, or context=None)"
+        ))
+    };
+    if size > MAX_SNAPSHOT_BYTES {
+        return Err(too_big(format!("{size} bytes")));
+    }
+    // Read whole: a pickle is decoded at once. A pipe is read one byte past the maximum, to
+    // tell that it holds more.
+    let mut bytes = Vec::with_capacity(size as usize);
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(&mut reader, MAX_SNAPSHOT_BYTES + 1),
+        &mut bytes,
+    )
+    .map_err(|e| cannot_read(&e))?;
+    if bytes.len() as u64 > MAX_SNAPSHOT_BYTES {
+        return Err(too_big("more bytes".into()));
+    }
+    let trace = read_snapshot(&bytes, device.map(|d| d as usize))
+        .map_err(|e| invalid(format!("{path}: {e}")))?;
+    Ok((
+        ParsedTrace {
+            ops: trace.ops,
+            ..ParsedTrace::default()
+        },
+        Some(trace.report),
+    ))
 }
 
 /// A progress bar on stderr, drawn only when asked (`after_ms > 0`: the caller checks that

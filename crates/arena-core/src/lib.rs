@@ -29,6 +29,7 @@ mod region;
 mod stats;
 mod stream;
 pub mod stream_events;
+pub mod torch_snapshot;
 pub mod trace;
 pub mod trace_format;
 

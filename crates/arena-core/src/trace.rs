@@ -482,6 +482,18 @@ pub fn replay_observed(
     /// A slot with nothing live: `(address, size)` with an impossible size.
     const EMPTY: (u64, u64) = (0, u64::MAX);
     let (steps, slots) = compile(trace, streams)?;
+    // Refused before the first op, so a failed replay changes nothing (issue 11's fuzzer
+    // found a replay that stopped halfway at the first stream op).
+    if !allocator.is_stream_aware() {
+        if let Some(i) = steps
+            .iter()
+            .position(|s| matches!(s, Step::Alloc { stream, .. } if *stream != 0))
+        {
+            return Err(ArenaError::invalid_argument(format!(
+                "trace op {i} allocates on a stream, and this allocator has no streams"
+            )));
+        }
+    }
     let mut table: Vec<(u64, u64)> = vec![EMPTY; slots];
     let mut report = ReplayReport::default();
     let mut requested = 0u64;

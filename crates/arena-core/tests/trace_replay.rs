@@ -122,6 +122,18 @@ fn a_stream_number_without_a_stream_is_an_invalid_argument_and_nothing_leaks() {
     assert_eq!(a.stats().num_allocs, 0, "found before anything is replayed");
 }
 
+// Issue 11: the JS fuzzer found a replay on an allocator without streams that stopped at the
+// first stream op, after allocating, so the failed call had changed the stats.
+#[test]
+fn a_stream_op_on_an_allocator_without_streams_is_refused_before_anything_is_replayed() {
+    let a = virtual_arena(&[]).without_streams();
+    let trace = [alloc_on(1, 1000, 0), alloc_on(2, 1000, 1)];
+    let e = replay(&a, &trace, &[Stream::new()], false).expect_err("no streams here");
+    assert_eq!(e.code(), "ERR_ARENA_INVALID_ARGUMENT");
+    assert!(e.to_string().contains("trace op 1"), "names the op: {e}");
+    assert_eq!(a.stats().num_allocs, 0, "nothing was replayed");
+}
+
 #[test]
 fn an_id_allocated_twice_is_an_invalid_argument() {
     let a = virtual_arena(&[]);

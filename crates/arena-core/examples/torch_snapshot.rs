@@ -1,0 +1,30 @@
+//! Reads a PyTorch memory snapshot as `cuda-arena replay` does and prints what it read, with
+//! the time it took; for measuring the reader:
+//! `cargo run --release -p cuda-arena-core --example torch_snapshot -- snapshot.pickle [device]`
+//! (`/usr/bin/time -v` around it gives the memory).
+use cuda_arena_core::torch_snapshot::read_snapshot;
+
+fn main() -> Result<(), String> {
+    let mut args = std::env::args().skip(1);
+    let path = args.next().ok_or("usage: torch_snapshot FILE [DEVICE]")?;
+    let device = match args.next() {
+        None => None,
+        Some(d) => Some(
+            d.parse()
+                .map_err(|_| format!("device must be a number, got {d:?}"))?,
+        ),
+    };
+    let bytes = std::fs::read(&path).map_err(|e| format!("{path}: {e}"))?;
+    let started = std::time::Instant::now();
+    let t = read_snapshot(&bytes, device).map_err(|e| format!("{path}: {e}"))?;
+    let elapsed = started.elapsed();
+    println!(
+        "{path}: {} bytes read in {:.3} s ({:.1} MB/s): {} ops; {:?}",
+        bytes.len(),
+        elapsed.as_secs_f64(),
+        bytes.len() as f64 / 1e6 / elapsed.as_secs_f64().max(1e-9),
+        t.ops.len(),
+        t.report
+    );
+    Ok(())
+}
