@@ -166,7 +166,14 @@ mod tests {
             reason: "expected a whole decimal number".into(),
         };
         let message = e.to_string();
-        assert!(message.chars().count() < 200, "{} characters: {message}", message.len());
-        assert!(!message.contains('\u{1a}'), "control characters are escaped");
+        assert!(
+            message.chars().count() < 200,
+            "{} characters: {message}",
+            message.len()
+        );
+        assert!(
+            !message.contains('\u{1a}'),
+            "control characters are escaped"
+        );
     }
 }
