@@ -31,7 +31,7 @@ if (!/^\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$/.test(version)) {
 }
 
 /** The workspace's Rust packages: their Cargo.lock entries carry the version. */
-const CRATES = ['cuda-arena-core', 'cuda-sys-bridge', 'cuda-arena-c', 'cuda-arena-node']
+const CRATES = ['cuda-arena-core', 'cuda-sys-bridge', 'cuda-arena-ort', 'cuda-arena-c', 'cuda-arena-node']
 const problems = []
 const changed = []
 
