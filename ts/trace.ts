@@ -9,13 +9,16 @@ import type { OrtAllocator } from './types'
  * One trace operation, as in the JSON-lines trace format and as {@link mixedTrace} makes
  * them; `stream` is a trace stream number, 0 for none.
  */
-export type TraceOp = { op: 'alloc'; id: number; size: number; stream?: number } | { op: 'free'; id: number }
+export type TraceOp = { op: 'alloc'; id: number; size: number; stream?: number } | { op: 'reserve'; id: number; size: number } | { op: 'free'; id: number }
 
 /**
  * What {@link replayTrace} takes: a {@link TraceOp}, whose ids and sizes may also be bigints
  * (every id and size is a whole number 0 … 2^64−1; as a number, a safe integer).
  */
-export type TraceInput = { op: 'alloc'; id: number | bigint; size: number | bigint; stream?: number } | { op: 'free'; id: number | bigint }
+export type TraceInput =
+  | { op: 'alloc'; id: number | bigint; size: number | bigint; stream?: number }
+  | { op: 'reserve'; id: number | bigint; size: number | bigint }
+  | { op: 'free'; id: number | bigint }
 
 /** What a replay measured. */
 export interface ReplayReport {
@@ -91,13 +94,14 @@ export function replayTrace(allocator: OrtAllocator, trace: readonly TraceInput[
     const op = obj(name, element)
     ownEntries(name, op, ['op', 'id', 'size', 'stream'])
     const kind = own(op, 'op')
-    if (kind !== 'alloc' && kind !== 'free') throw invalidArgument(`${name}.op`, kind, "must be 'alloc' or 'free'")
-    packed[4 * i] = kind === 'alloc' ? 0n : 1n
+    if (kind !== 'alloc' && kind !== 'free' && kind !== 'reserve') throw invalidArgument(`${name}.op`, kind, "must be 'alloc', 'reserve' or 'free'")
+    packed[4 * i] = kind === 'alloc' ? 0n : kind === 'free' ? 1n : 2n
     packed[4 * i + 1] = u64(`${name}.id`, own(op, 'id'))
     const size = own(op, 'size')
-    if (kind === 'alloc' && size === undefined) throw invalidArgument(`${name}.size`, size, 'is needed for an alloc')
+    if (kind !== 'free' && size === undefined) throw invalidArgument(`${name}.size`, size, `is needed for ${kind === 'alloc' ? 'an alloc' : 'a reserve'}`)
     packed[4 * i + 2] = size === undefined ? 0n : u64(`${name}.size`, size)
     const stream = own(op, 'stream')
+    if (kind === 'reserve' && stream !== undefined) throw invalidArgument(`${name}.stream`, stream, 'is not taken by a reserve (it has no stream)')
     if (stream !== undefined && int(`${name}.stream`, stream, 0, MAX_U32) > streams) {
       throw invalidArgument(`${name}.stream`, stream, `was not given (options.streams is ${streams})`)
     }

@@ -43,7 +43,7 @@ fn whole(name: &str, v: f64, min: f64, max: f64) -> Result<u64> {
     }
 }
 
-/// One generated trace operation: `op` is `alloc` or `free`.
+/// One generated trace operation: `op` is `alloc`, `reserve` or `free`.
 #[napi(object)]
 pub struct JsTraceOp {
     pub op: String,
@@ -105,6 +105,12 @@ pub fn mixed_trace_ops(
                 size: Some(size as f64),
                 stream: Some(stream),
             },
+            TraceOp::Reserve { id, size } => JsTraceOp {
+                op: "reserve".into(),
+                id: id as f64,
+                size: Some(size as f64),
+                stream: None,
+            },
             TraceOp::Free { id } => JsTraceOp {
                 op: "free".into(),
                 id: id as f64,
@@ -115,7 +121,8 @@ pub fn mixed_trace_ops(
         .collect())
 }
 
-/// A trace from JS, four `u64`s per operation: `[op (0 alloc, 1 free), id, size, stream]`.
+/// A trace from JS, four `u64`s per operation: `[op (0 alloc, 1 free, 2 reserve), id, size,
+/// stream]`.
 fn to_ops(trace: &[u64]) -> Result<Vec<TraceOp>> {
     if !trace.len().is_multiple_of(4) {
         return Err(invalid(format!(
@@ -144,8 +151,9 @@ fn to_ops(trace: &[u64]) -> Result<Vec<TraceOp>> {
                 })?,
             }),
             &[1, id, _, _] => Ok(TraceOp::Free { id }),
+            &[2, id, size, _] => Ok(TraceOp::Reserve { id, size }),
             other => Err(invalid(format!(
-                "trace[{i}].op must be 0 (alloc) or 1 (free), got {}",
+                "trace[{i}].op must be 0 (alloc), 1 (free) or 2 (reserve), got {}",
                 other.first().copied().unwrap_or_default()
             ))),
         })

@@ -1,7 +1,8 @@
 //! Allocation traces: generating them and replaying them through any [`Allocator`].
 //!
-//! A trace is a list of `alloc` (id, size, stream) and `free` (id) operations, the JSON-lines
-//! format of the `cuda-arena replay` command. Ids are the trace's own names for allocations.
+//! A trace is a list of `alloc` (id, size, stream), `reserve` (id, size) and `free` (id)
+//! operations, the JSON-lines format of the `cuda-arena replay` command. Ids are the trace's
+//! own names for allocations.
 
 use crate::allocator::Allocator;
 use crate::error::{ArenaError, Result};
@@ -19,6 +20,14 @@ pub enum TraceOp {
         size: u64,
         /// Trace stream number; 0 allocates without a stream.
         stream: u32,
+    },
+    /// Reserve `size` bytes as allocation `id` (`Allocator::reserve`: outside the arena's
+    /// bins, no stream); freed by a `Free` like any allocation.
+    Reserve {
+        /// The allocation's name in the trace.
+        id: u64,
+        /// Bytes requested.
+        size: u64,
     },
     /// Free allocation `id`.
     Free {
@@ -355,6 +364,10 @@ enum Step {
         /// 1 + the index of the stream in [`TraceStreams`]; 0 for none.
         stream: u32,
     },
+    Reserve {
+        slot: u32,
+        size: u64,
+    },
     Free {
         slot: u32,
     },
@@ -362,12 +375,49 @@ enum Step {
     Nothing,
 }
 
+/// The slots of a compiled trace: one per allocation live at once, reused after frees.
+#[derive(Default)]
+struct Slots {
+    slot_of: std::collections::HashMap<u64, u32>,
+    vacant: Vec<u32>,
+    count: u32,
+}
+
+impl Slots {
+    /// A slot for trace op `i`, which allocates `id`; an id allocated while live is an error.
+    fn take(&mut self, i: usize, id: u64) -> Result<u32> {
+        let slot = match self.vacant.pop() {
+            Some(slot) => slot,
+            None => {
+                self.count = self.count.checked_add(1).ok_or_else(|| {
+                    ArenaError::invalid_argument(format!(
+                        "trace op {i}: more than {} allocations live at once",
+                        u32::MAX
+                    ))
+                })?;
+                self.count - 1
+            }
+        };
+        if self.slot_of.insert(id, slot).is_some() {
+            return Err(ArenaError::invalid_argument(format!(
+                "trace op {i}: id {id} is allocated while live"
+            )));
+        }
+        Ok(slot)
+    }
+
+    /// The slot `id` held, now vacant; `None` for an id that is not live.
+    fn give_back(&mut self, id: u64) -> Option<u32> {
+        let slot = self.slot_of.remove(&id)?;
+        self.vacant.push(slot);
+        Some(slot)
+    }
+}
+
 /// Compiles `trace` (untimed). An id allocated while live, and a stream number `streams`
 /// has no stream for, are errors naming the operation (0-based).
 fn compile(trace: &[TraceOp], streams: &TraceStreams) -> Result<(Vec<Step>, usize)> {
-    let mut slot_of: std::collections::HashMap<u64, u32> = std::collections::HashMap::new();
-    let mut vacant: Vec<u32> = Vec::new();
-    let mut slots = 0u32;
+    let mut slots = Slots::default();
     let steps = trace
         .iter()
         .enumerate()
@@ -387,35 +437,20 @@ fn compile(trace: &[TraceOp], streams: &TraceStreams) -> Result<(Vec<Step>, usiz
                         }
                     },
                 };
-                let slot = match vacant.pop() {
-                    Some(slot) => slot,
-                    None => {
-                        slots = slots.checked_add(1).ok_or_else(|| {
-                            ArenaError::invalid_argument(format!(
-                                "trace op {i}: more than {} allocations live at once",
-                                u32::MAX
-                            ))
-                        })?;
-                        slots - 1
-                    }
-                };
-                if slot_of.insert(id, slot).is_some() {
-                    return Err(ArenaError::invalid_argument(format!(
-                        "trace op {i}: id {id} is allocated while live"
-                    )));
-                }
+                let slot = slots.take(i, id)?;
                 Ok(Step::Alloc { slot, size, stream })
             }
-            TraceOp::Free { id } => Ok(match slot_of.remove(&id) {
-                Some(slot) => {
-                    vacant.push(slot);
-                    Step::Free { slot }
-                }
+            TraceOp::Reserve { id, size } => Ok(Step::Reserve {
+                slot: slots.take(i, id)?,
+                size,
+            }),
+            TraceOp::Free { id } => Ok(match slots.give_back(id) {
+                Some(slot) => Step::Free { slot },
                 None => Step::Nothing,
             }),
         })
         .collect::<Result<Vec<_>>>()?;
-    Ok((steps, slots as usize))
+    Ok((steps, slots.count as usize))
 }
 
 /// Replays `trace` through `allocator`; trace stream `k` allocates on `streams[k - 1]`. With
@@ -500,39 +535,45 @@ pub fn replay_observed(
     let started = Instant::now();
     let result = (|| {
         for step in &steps {
-            match *step {
-                Step::Alloc { slot, size, stream } => {
-                    let got = match stream {
+            let allocated = match *step {
+                Step::Alloc { slot, size, stream } => Some((
+                    slot,
+                    size,
+                    match stream {
                         0 => allocator.alloc(size),
                         i => match streams.streams.get(i as usize - 1) {
                             Some((_, s)) => allocator.alloc_on_stream(size, s),
                             None => unreachable_stream(i),
                         },
-                    };
-                    match got {
-                        Ok(addr) => {
-                            table[slot as usize] = (addr.unwrap_or(0), size);
-                            // Live sizes are each held by the allocator, so their sum fits;
-                            // saturating keeps a misbehaving allocator from wrapping it.
-                            requested = requested.saturating_add(size);
-                            report.peak_requested = report.peak_requested.max(requested);
-                            if track_peaks {
-                                report.peak_held =
-                                    report.peak_held.max(allocator.stats().total_allocated);
-                            }
-                        }
-                        Err(ArenaError::OutOfMemory { .. }) => report.failed_allocs += 1,
-                        Err(e) => return Err(e),
-                    }
-                }
+                    },
+                )),
+                Step::Reserve { slot, size } => Some((slot, size, allocator.reserve(size))),
                 Step::Free { slot } => {
                     let (addr, size) = std::mem::replace(&mut table[slot as usize], EMPTY);
                     if size != u64::MAX {
                         allocator.free(addr)?;
                         requested = requested.saturating_sub(size);
                     }
+                    None
                 }
-                Step::Nothing => {}
+                Step::Nothing => None,
+            };
+            if let Some((slot, size, got)) = allocated {
+                match got {
+                    Ok(addr) => {
+                        table[slot as usize] = (addr.unwrap_or(0), size);
+                        // Live sizes are each held by the allocator, so their sum fits;
+                        // saturating keeps a misbehaving allocator from wrapping it.
+                        requested = requested.saturating_add(size);
+                        report.peak_requested = report.peak_requested.max(requested);
+                        if track_peaks {
+                            report.peak_held =
+                                report.peak_held.max(allocator.stats().total_allocated);
+                        }
+                    }
+                    Err(ArenaError::OutOfMemory { .. }) => report.failed_allocs += 1,
+                    Err(e) => return Err(e),
+                }
             }
             report.ops += 1;
             if sample_every > 0
@@ -584,6 +625,7 @@ mod tests {
                     assert!((256..=64 << 20).contains(size));
                     live += 1;
                 }
+                TraceOp::Reserve { .. } => panic!("generated traces have no reserves"),
                 TraceOp::Free { .. } => live -= 1,
             }
             peak = peak.max(live);
@@ -596,7 +638,7 @@ mod tests {
         let mut live = std::collections::HashSet::new();
         for op in t {
             match op {
-                TraceOp::Alloc { id, .. } => {
+                TraceOp::Alloc { id, .. } | TraceOp::Reserve { id, .. } => {
                     if !live.insert(*id) {
                         return false;
                     }
@@ -627,7 +669,7 @@ mod tests {
         let mut live = std::collections::HashSet::new();
         for op in t {
             let ok = match op {
-                TraceOp::Alloc { id, .. } => live.insert(*id),
+                TraceOp::Alloc { id, .. } | TraceOp::Reserve { id, .. } => live.insert(*id),
                 TraceOp::Free { id } => live.remove(id),
             };
             if !ok {
@@ -663,6 +705,30 @@ mod tests {
         let t = mixed_trace(10, 256, 4096, 0, 1);
         assert_eq!(t.len(), 10);
         assert_eq!(live_at_end(&t), Some(0));
+    }
+
+    #[test]
+    fn a_reserve_replays_as_a_reserve_and_counts_in_the_peak_requested() {
+        let arena = crate::Arena::new(
+            crate::VirtualAllocator::default(),
+            crate::ArenaConfig::default(),
+        )
+        .expect("arena");
+        let trace = [
+            TraceOp::Reserve { id: 1, size: 1000 },
+            TraceOp::Alloc {
+                id: 2,
+                size: 500,
+                stream: 0,
+            },
+            TraceOp::Free { id: 1 },
+            TraceOp::Free { id: 2 },
+        ];
+        let report = replay(&arena, &trace, &[], false).expect("replays");
+        assert_eq!(report.peak_requested, 1500);
+        let stats = arena.stats();
+        assert_eq!((stats.num_reserves, stats.num_allocs), (1, 2));
+        assert_eq!((stats.in_use, stats.reserved_bytes), (0, 0));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The trace file format of `cuda-arena replay`: JSON lines, one operation each,
-//! `{"op":"alloc","id":1,"size":4096,"stream":0}` or `{"op":"free","id":1}` (keys in any
-//! order, each once, `stream` optional). Parsed by hand: a million lines take a fraction of
+//! `{"op":"alloc","id":1,"size":4096,"stream":0}`, `{"op":"reserve","id":2,"size":4096}` or
+//! `{"op":"free","id":1}` (keys in any order, each once, `stream` optional on an alloc and
+//! not allowed on a reserve, which has no stream). Parsed by hand: a million lines take a fraction of
 //! a second. Every problem names its line; lenient parsing skips bad lines and counts them.
 //!
 //! The input is read as bytes, a line at a time, so memory stays bounded whatever the file
@@ -10,7 +11,8 @@
 //! is skipped. Messages quote at most [`QUOTED_CHARS`] characters of the bad text.
 //!
 //! The entry points: [`parse_trace_reader`] (any `BufRead`), [`parse_trace_bytes`] and
-//! [`parse_trace`] (in memory); [`write_trace`] and [`format_trace`] write the format.
+//! [`parse_trace`] (in memory); [`write_op`], [`write_trace`] and [`format_trace`] write the
+//! format.
 
 use crate::trace::{TraceOp, MAX_TRACE_STREAMS};
 use std::collections::HashSet;
@@ -163,6 +165,9 @@ fn once<T>(slot: &mut Option<T>, key: &str, value: T) -> Result<(), String> {
     Ok(())
 }
 
+/// The start of the message for an unknown `op`.
+const OPS_EXPECTED: &str = "op must be \"alloc\", \"reserve\" or \"free\"";
+
 /// Parses one line into an operation (`None` for a blank line).
 fn parse_line(line: &str) -> Result<Option<TraceOp>, String> {
     let mut f = Fields {
@@ -187,9 +192,7 @@ fn parse_line(line: &str) -> Result<Option<TraceOp>, String> {
             match key {
                 "op" => match v {
                     Value::Str(s) => once(&mut op, key, s)?,
-                    Value::Num(n) => {
-                        return Err(format!("op must be \"alloc\" or \"free\", got {}", cut(n)))
-                    }
+                    Value::Num(n) => return Err(format!("{OPS_EXPECTED}, got {}", cut(n))),
                 },
                 "id" => once(&mut id, key, uint("id", &v)?)?,
                 "size" => once(&mut size, key, uint("size", &v)?)?,
@@ -220,11 +223,13 @@ fn parse_line(line: &str) -> Result<Option<TraceOp>, String> {
             size: size.ok_or("an alloc needs \"size\"")?,
             stream: stream.unwrap_or(0),
         })),
+        "reserve" if stream.is_some() => Err("a reserve has no \"stream\"".into()),
+        "reserve" => Ok(Some(TraceOp::Reserve {
+            id,
+            size: size.ok_or("a reserve needs \"size\"")?,
+        })),
         "free" => Ok(Some(TraceOp::Free { id })),
-        other => Err(format!(
-            "op must be \"alloc\" or \"free\", got {:?}",
-            cut(other)
-        )),
+        other => Err(format!("{OPS_EXPECTED}, got {:?}", cut(other))),
     }
 }
 
@@ -331,7 +336,9 @@ pub fn parse_trace_reader(
             .map_err(|e| not_utf8(bytes, e))
             .and_then(parse_line)
             .and_then(|op| match op {
-                Some(TraceOp::Alloc { id, .. }) if live.contains(&id) => {
+                Some(TraceOp::Alloc { id, .. } | TraceOp::Reserve { id, .. })
+                    if live.contains(&id) =>
+                {
                     Err(format!("id {id} is allocated while live"))
                 }
                 Some(TraceOp::Alloc { stream, .. })
@@ -357,6 +364,9 @@ pub fn parse_trace_reader(
                         if stream != 0 {
                             streams.insert(stream);
                         }
+                    }
+                    TraceOp::Reserve { id, .. } => {
+                        live.insert(id);
                     }
                     TraceOp::Free { id } => {
                         live.remove(&id);
@@ -389,16 +399,24 @@ pub fn parse_trace(text: &str, lenient: bool) -> Result<ParsedTrace, TraceLineEr
     parse_trace_bytes(text.as_bytes(), lenient)
 }
 
+/// Writes one operation as one line of the trace format (with its `\n`) to `out`.
+pub fn write_op(op: &TraceOp, mut out: impl Write) -> std::io::Result<()> {
+    match *op {
+        TraceOp::Alloc { id, size, stream } => writeln!(
+            out,
+            r#"{{"op":"alloc","id":{id},"size":{size},"stream":{stream}}}"#
+        ),
+        TraceOp::Reserve { id, size } => {
+            writeln!(out, r#"{{"op":"reserve","id":{id},"size":{size}}}"#)
+        }
+        TraceOp::Free { id } => writeln!(out, r#"{{"op":"free","id":{id}}}"#),
+    }
+}
+
 /// Writes `ops` in the trace format, one line each, to `out` (buffer it: one write per line).
 pub fn write_trace(ops: &[TraceOp], mut out: impl Write) -> std::io::Result<()> {
     for op in ops {
-        match *op {
-            TraceOp::Alloc { id, size, stream } => writeln!(
-                out,
-                r#"{{"op":"alloc","id":{id},"size":{size},"stream":{stream}}}"#
-            )?,
-            TraceOp::Free { id } => writeln!(out, r#"{{"op":"free","id":{id}}}"#)?,
-        }
+        write_op(op, &mut out)?;
     }
     out.flush()
 }
@@ -622,6 +640,35 @@ mod tests {
         text += "{\"op\":\"alloc\",\"id\":99999,\"size\":1,\"stream\":3}\n";
         let t = parse_trace(&text, true).expect("lenient");
         assert_eq!((t.ops.len(), t.skipped_lines), (MAX_TRACE_STREAMS + 1, 1));
+    }
+
+    #[test]
+    fn a_reserve_line_parses_and_formats_back_to_the_same_text() {
+        let text = "{\"op\":\"reserve\",\"id\":1,\"size\":4096}\n{\"op\":\"free\",\"id\":1}\n";
+        let t = parse_trace(text, false).expect("a reserve and its free");
+        assert_eq!(t.ops.len(), 2);
+        assert_eq!(format_trace(&t.ops), text);
+    }
+
+    #[test]
+    fn a_reserve_needs_a_size_takes_no_stream_and_names_a_new_id() {
+        let cases = [
+            ("{\"op\":\"reserve\",\"id\":2}", "needs \"size\""),
+            (
+                "{\"op\":\"reserve\",\"id\":2,\"size\":1,\"stream\":0}",
+                "no \"stream\"",
+            ),
+            (
+                "{\"op\":\"reserve\",\"id\":1,\"size\":1}",
+                "allocated while live",
+            ),
+        ];
+        for (bad, words) in cases {
+            let text = format!("{{\"op\":\"alloc\",\"id\":1,\"size\":1}}\n{bad}\n");
+            let e = parse_trace(&text, false).expect_err(bad);
+            assert_eq!(e.line, 2, "{bad}");
+            assert!(e.message.contains(words), "{bad}: {}", e.message);
+        }
     }
 
     #[test]
