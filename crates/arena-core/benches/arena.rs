@@ -1,10 +1,10 @@
 //! `cargo bench -p cuda-arena-core`: warm alloc+free pairs (one size at a time, then 1/2/8 threads
-//! on one arena) and a 200,000-op trace replay on the `virtual` backend. Every figure is
-//! nanoseconds per alloc+free pair or per trace op.
+//! on one arena, then through trace recording's wrapper) and a 200,000-op trace replay on the
+//! `virtual` backend. Every figure is nanoseconds per alloc+free pair or per trace op.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use cuda_arena_core::trace::{mixed_trace, replay};
-use cuda_arena_core::{Allocator, Arena, ArenaConfig, VirtualAllocator};
+use cuda_arena_core::{Allocator, Arena, ArenaConfig, RecordingAllocator, VirtualAllocator};
 use std::hint::black_box;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -19,7 +19,7 @@ fn warm_arena(size: u64) -> Arena<VirtualAllocator> {
     arena
 }
 
-fn pair(arena: &impl Allocator, size: u64) {
+fn pair(arena: &(impl Allocator + ?Sized), size: u64) {
     let p = arena
         .alloc(black_box(size))
         .expect("fits")
@@ -71,6 +71,28 @@ fn alloc_free_pair_threads(c: &mut Criterion) {
     g.finish();
 }
 
+/// What trace recording costs a pair on the path every user takes, an `Arc<dyn Allocator>`
+/// from the factory: `bare` is the arena as the factory handed it out before recording
+/// existed, `off` the recordable wrapper it hands out now with no recording on, `on` the same
+/// while recording to `/dev/null` (formatting, buffering, the writer thread; no disk).
+fn alloc_free_pair_recording(c: &mut Criterion) {
+    let mut g = c.benchmark_group("alloc_free_pair_recording");
+    for (name, size) in SIZES {
+        let bare: Arc<dyn Allocator> = Arc::new(warm_arena(size));
+        // As the factory wraps it: around the concrete arena.
+        let recordable = || -> Arc<dyn Allocator> {
+            Arc::new(RecordingAllocator::new(Arc::new(warm_arena(size))))
+        };
+        let (off, on) = (recordable(), recordable());
+        on.start_recording("/dev/null").expect("records");
+        for (how, a) in [("bare", &bare), ("off", &off), ("on", &on)] {
+            g.bench_function(format!("{how}/{name}"), |b| b.iter(|| pair(&**a, size)));
+        }
+        on.stop_recording().expect("stops");
+    }
+    g.finish();
+}
+
 fn trace_replay(c: &mut Criterion) {
     const OPS: usize = 200_000;
     let trace = mixed_trace(OPS, 256, 64 << 20, 2000, 42);
@@ -96,6 +118,7 @@ criterion_group!(
     benches,
     alloc_free_pair,
     alloc_free_pair_threads,
+    alloc_free_pair_recording,
     trace_replay
 );
 criterion_main!(benches);

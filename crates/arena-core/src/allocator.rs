@@ -6,6 +6,7 @@ use crate::live_blocks::LiveBlocks;
 use crate::memory_info::MemoryInfo;
 use crate::memory_log::MemoryLog;
 use crate::raw::RawAllocator;
+use crate::recorder::RecordingSummary;
 use crate::stats::AllocatorStats;
 use crate::stream::Stream;
 use parking_lot::Mutex;
@@ -81,6 +82,25 @@ pub trait Allocator: Send + Sync + std::fmt::Debug {
 
     /// Sets `len` bytes at `addr` to `byte`, with `write`'s range rule.
     fn fill(&self, addr: u64, byte: u8, len: u64) -> Result<()>;
+
+    /// Starts recording this allocator's calls to a new trace file at `path`. A
+    /// [`crate::RecordingAllocator`] records (the factory hands out every allocator as one);
+    /// others cannot: `ERR_ARENA_INVALID_ARGUMENT`.
+    fn start_recording(&self, path: &str) -> Result<()> {
+        let _ = path;
+        Err(ArenaError::invalid_argument(format!(
+            "the allocator for {} cannot record (wrap it in a RecordingAllocator)",
+            self.info()
+        )))
+    }
+
+    /// Stops the recording, once everything recorded is written, and says what it did.
+    fn stop_recording(&self) -> Result<RecordingSummary> {
+        Err(ArenaError::invalid_argument(format!(
+            "the allocator for {} is not recording",
+            self.info()
+        )))
+    }
 
     /// Hands every byte back to the raw allocator (live allocations included) and makes
     /// every later call fail with [`ArenaError::Released`] (stats read as empty). The factory

@@ -17,6 +17,7 @@ use crate::error::{ArenaError, Result};
 use crate::foreign_streams::ForeignStreams;
 use crate::memory_info::{AllocatorType, MemoryInfo, MemoryKind};
 use crate::raw::RawStats;
+use crate::recorder::RecordingAllocator;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock, Weak};
@@ -203,7 +204,7 @@ impl Factory {
         config.validate()?;
         if info.allocator_type == AllocatorType::ReadOnly {
             let raw = self.backend.raw(info.kind, info.device_id)?;
-            let allocator: Arc<dyn Allocator> = Arc::new(PlainAllocator::new(raw).with_info(info));
+            let allocator = recordable(Arc::new(PlainAllocator::new(raw).with_info(info)));
             let shared = Shared::new(allocator, config);
             let created = shared.created(None, warnings);
             self.entries.lock().detached.push(shared);
@@ -336,6 +337,11 @@ impl Factory {
     }
 }
 
+/// `allocator` as every factory hands it out: recordable by all its users.
+fn recordable<A: Allocator + ?Sized + 'static>(allocator: Arc<A>) -> Arc<dyn Allocator> {
+    Arc::new(RecordingAllocator::new(allocator))
+}
+
 fn kind_name(kind: SharedKind) -> &'static str {
     kind.name()
 }
@@ -365,7 +371,7 @@ impl SharedKind {
 }
 
 /// A new allocator of `kind` for `device` of `backend`, with `config`: what a factory caches
-/// as that shared allocator.
+/// as that shared allocator, recordable ([`RecordingAllocator`]).
 pub fn make_allocator(
     backend: &dyn Backend,
     kind: SharedKind,
@@ -373,15 +379,19 @@ pub fn make_allocator(
     config: &ArenaConfig,
 ) -> Result<Arc<dyn Allocator>> {
     let raw = |k| backend.raw(k, device);
+    // Each recordable around the concrete allocator, so calls to it are direct.
     Ok(match kind {
-        SharedKind::DeviceArena => Arc::new(Arena::new(raw(MemoryKind::Cuda)?, config.clone())?),
-        SharedKind::PinnedArena => {
-            Arc::new(Arena::new(raw(MemoryKind::CudaPinned)?, config.clone())?.without_streams())
-        }
-        SharedKind::CpuArena => {
-            Arc::new(Arena::new(raw(MemoryKind::Cpu)?, config.clone())?.without_streams())
-        }
-        SharedKind::Mempool => backend.mempool(device, config)?,
+        SharedKind::DeviceArena => recordable(Arc::new(Arena::new(
+            raw(MemoryKind::Cuda)?,
+            config.clone(),
+        )?)),
+        SharedKind::PinnedArena => recordable(Arc::new(
+            Arena::new(raw(MemoryKind::CudaPinned)?, config.clone())?.without_streams(),
+        )),
+        SharedKind::CpuArena => recordable(Arc::new(
+            Arena::new(raw(MemoryKind::Cpu)?, config.clone())?.without_streams(),
+        )),
+        SharedKind::Mempool => recordable(backend.mempool(device, config)?),
     })
 }
 

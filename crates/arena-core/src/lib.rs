@@ -25,6 +25,7 @@ pub mod namespaces;
 pub mod pluggable;
 mod pool;
 pub mod raw;
+mod recorder;
 mod region;
 mod stats;
 mod stream;
@@ -48,6 +49,9 @@ pub use namespaces::{env_arena_options, session_arena_options};
 pub use pluggable::PluggableDevice;
 pub use pool::PoolAllocator;
 pub use raw::{DeviceLimits, HostAllocator, RawAllocator, RawStats, VirtualAllocator};
+pub use recorder::{
+    Recorder, RecordingAllocator, RecordingSummary, MAX_RECORDED_LINE_BYTES, RECORD_BUFFER_BYTES,
+};
 pub use stats::{AllocatorStats, STATS_KEYS};
 pub use stream::{Stream, StreamEvent, StreamId, StreamUser};
 pub use stream_events::{FreeEvents, SimEvents, StreamEvents, LEGACY_STREAM, MAX_PENDING_EVENTS};
