@@ -1,8 +1,9 @@
 /** `OrtAllocator` over the native allocator handle: argument checks and conversions only. */
 import type { Native } from './native'
-import type { AllocatorStats, MemoryInfo, MemoryLog, OrtAllocator, Size, Stream } from './types'
+import type { AllocatorStats, MemoryInfo, MemoryLog, OrtAllocator, RecordingSummary, Size, Stream } from './types'
 import { arenaError, ERR_ARENA_RELEASED, invalidArgument } from './errors'
-import { bytes, int, MAX_U64, wrongThis } from './args'
+import { bytes, int, MAX_U64, str, wrongThis } from './args'
+import { native as binding } from './native'
 import { liveStream, nativeStream, streamImpl } from './stream-impl'
 import { fast, scratchF64, scratchU32, scratchU64 } from './fast'
 
@@ -151,5 +152,14 @@ export class AllocatorImpl implements OrtAllocator {
     const self = AllocatorImpl.#self(this)
     if (stream !== undefined) liveStream(stream)
     self.native.fill(toAddr(p), int('byte', byte, 0, 255), toSize(length, 'length'))
+  }
+  startRecording(path: string): void {
+    const self = AllocatorImpl.#self(this)
+    binding.startRecording(self.native, str('path', path))
+  }
+  stopRecording(): RecordingSummary {
+    const self = AllocatorImpl.#self(this)
+    const { error, ...summary } = binding.stopRecording(self.native)
+    return error === undefined || error === null ? summary : { ...summary, error }
   }
 }

@@ -113,6 +113,34 @@ export interface OrtAllocator {
   write(p: bigint, data: ArrayBufferView, stream?: Stream): void
   read(p: bigint, out: ArrayBufferView, stream?: Stream): void
   fill(p: bigint, byte: number, length: Size, stream?: Stream): void
+  /**
+   * Starts recording this allocator's traffic — every user's: other handles, workers, C,
+   * ONNX Runtime — to a new trace file at `path` (replaced if it exists), in the format
+   * `cuda-arena replay` reads. A recording already on, or a path that cannot be created, is
+   * `ERR_ARENA_INVALID_ARGUMENT`. See docs/recording.md.
+   */
+  startRecording(path: string): void
+  /** Stops the recording once everything recorded is written, and says what it did. */
+  stopRecording(): RecordingSummary
+}
+
+/** What a trace recording did: {@link OrtAllocator.stopRecording}. */
+export interface RecordingSummary {
+  /** The trace file. */
+  path: string
+  /** Operations written (whole lines of the file). */
+  ops: bigint
+  bytes: bigint
+  /** Allocations and reserves that failed (they changed nothing, and are not in the trace). */
+  failedAllocs: bigint
+  /** Frees of allocations made before the recording started (not in the trace). */
+  untrackedFrees: bigint
+  /** Allocations of the recording still live when it stopped (a replay's `liveAtEnd`). */
+  liveAtStop: bigint
+  /** Largest sum of requested bytes live at once: a replay of the file reports the same peak requested. */
+  peakRequested: bigint
+  /** Why the recording stopped early (a write error, too many streams), if it did. */
+  error?: string
 }
 
 /** Where a factory's memory comes from. */

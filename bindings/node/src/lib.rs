@@ -16,5 +16,6 @@ mod fast;
 mod functions;
 mod handles;
 mod ort;
+mod recording;
 mod replay;
 mod stream;
