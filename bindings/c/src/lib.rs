@@ -9,12 +9,14 @@ mod codes;
 mod handle;
 mod handles;
 mod ort;
+mod recording;
 mod torch;
 mod version;
 
 pub use codes::*;
 pub use handle::*;
 pub use ort::*;
+pub use recording::*;
 pub use torch::*;
 pub use version::cuda_arena_version;
 
