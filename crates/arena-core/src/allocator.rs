@@ -17,6 +17,10 @@ pub const ORT_ALLOCATOR_VERSION: u32 = 25;
 /// An allocator as ONNX Runtime sees one. Sizes and addresses are `u64`; an address is only
 /// meaningful to the allocator that returned it. Every failed call leaves the allocator as
 /// it was.
+///
+/// Every allocator a factory hands out is a [`crate::RecordingAllocator`] around the real one:
+/// a method added here with a default body must be forwarded there too, or factory-made
+/// allocators will answer with the default.
 pub trait Allocator: Send + Sync + std::fmt::Debug {
     /// Allocates `size` bytes, 256-byte aligned. `Ok(None)` only for `size == 0`.
     fn alloc(&self, size: u64) -> Result<Option<u64>>;
