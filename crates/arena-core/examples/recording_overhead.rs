@@ -62,7 +62,11 @@ fn main() {
         println!(
             "{name}: bare {:.2} ns/pair, {} {:.2} ns/pair, median difference {:+.2} ns",
             median(&mut b),
-            if control { "bare again" } else { "recording off" },
+            if control {
+                "bare again"
+            } else {
+                "recording off"
+            },
             median(&mut o),
             median(&mut d)
         );
