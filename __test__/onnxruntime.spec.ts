@@ -203,6 +203,16 @@ ortSerial('a libraryPath that does not exist, or is not ONNX Runtime, is ERR_ORT
   t.is(leftAfterRelease(f, probe, p), 0n)
 })
 
+ortSerial('a huge or unprintable libraryPath makes a short message', (t) => {
+  const f = factory('host')
+  for (const libraryPath of ['/x'.repeat(50_000), `/tmp/${'\u001b[31m'.repeat(200)}.so`]) {
+    const err = t.throws(() => useWithOnnxRuntime(f, { name: 'Cpu' }, undefined, { libraryPath })) as Error & { code?: string }
+    t.is(err.code, ERR_ORT_LOAD)
+    t.true(err.message.length < 400, `${err.message.length} characters`)
+    t.false(err.message.includes('\u001b'), 'control characters are escaped')
+  }
+})
+
 ortSerial('a libraryPath naming the loaded ONNX Runtime registers with the same environment', async (t) => {
   const first = useWithOnnxRuntime(factory('host'), { name: 'Cpu' })
   const path = first.libraryPath

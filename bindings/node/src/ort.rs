@@ -100,8 +100,9 @@ fn open(st: &mut State, path: &str, no_load: bool) -> Result<usize> {
             .map_err(|e| load_error(e.to_string()))?
             .ok_or_else(|| {
                 not_found(format!(
-                    "onnxruntime-node's ONNX Runtime library {path} is not loaded in this process \
-                     (load onnxruntime-node first, or give ortOptions.libraryPath)"
+                    "onnxruntime-node's ONNX Runtime library {} is not loaded in this process \
+                     (load onnxruntime-node first, or give ortOptions.libraryPath)",
+                    cuda_arena_core::escaped(path)
                 ))
             })?
     } else {
@@ -129,7 +130,7 @@ fn negotiate(library: &OrtLibrary, requested: Option<u32>) -> Result<HostApi> {
     let range = format!(
         "ONNX Runtime {} at {} offers OrtApi {}; cuda-arena supports {MIN_ORT_API_VERSION} … {MAX_ORT_API_VERSION}",
         library.version_string(),
-        library.path().display(),
+        cuda_arena_core::escaped(&library.path().to_string_lossy()),
         offered.map_or_else(|| "versions of an unknown range".to_string(), |v| format!("1 … {v}")),
     );
     let wanted = match requested {

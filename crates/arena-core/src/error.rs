@@ -141,8 +141,9 @@ pub(crate) fn bounded(s: &str) -> std::borrow::Cow<'_, str> {
 }
 
 /// `s` with its control characters, quotes and backslashes escaped (as Rust's `{:?}` does,
-/// without the quotes), cut to [`QUOTED_CHARS`] characters of the escaped text.
-pub(crate) fn escaped(s: &str) -> String {
+/// without the quotes), cut to 80 characters of the escaped text: how a caller's text (a key,
+/// a value, a path) goes into a message, so no input makes a long or unprintable message.
+pub fn escaped(s: &str) -> String {
     let mut out: String = s.escape_debug().take(QUOTED_CHARS).collect();
     if s.escape_debug().nth(QUOTED_CHARS).is_some() {
         out.push('…');

@@ -39,7 +39,7 @@ pub use arena::Arena;
 pub use backend::{Backend, SimBackend, SimKind};
 pub use config::{ArenaConfig, ExtendStrategy};
 pub use env_config::{env_config, parse_env_pairs, ENV_CONF};
-pub use error::{ArenaError, Result, ERROR_CODES};
+pub use error::{escaped, ArenaError, Result, ERROR_CODES};
 pub use factory::{named_factory, Created, Factory, Released, SharedKind};
 pub use foreign_streams::{ForeignStreams, MAX_FOREIGN_STREAMS};
 pub use live_blocks::LiveBlocks;

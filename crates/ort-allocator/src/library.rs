@@ -28,11 +28,16 @@ unsafe impl Send for OrtLibrary {}
 // SAFETY: as above.
 unsafe impl Sync for OrtLibrary {}
 
+/// A path as a message shows it: escaped and cut short, whatever the caller gave.
+fn shown(path: &Path) -> String {
+    cuda_arena_core::escaped(&path.to_string_lossy())
+}
+
 fn not_loadable(path: &Path, why: impl std::fmt::Display) -> ArenaError {
     ArenaError::InvalidArgument {
         reason: format!(
             "ONNX Runtime could not be loaded from {}: {why}",
-            path.display()
+            shown(path)
         ),
     }
 }
@@ -124,7 +129,7 @@ impl OrtLibrary {
                     "ONNX Runtime {} at {} offers API version {offered}; cuda-arena needs \
                      {MIN_ORT_API_VERSION} or newer",
                     self.version_string(),
-                    self.path.display()
+                    shown(&self.path)
                 ),
             });
         }
@@ -134,7 +139,7 @@ impl OrtLibrary {
             reason: format!(
                 "ONNX Runtime {} at {} refused API version {version}",
                 self.version_string(),
-                self.path.display()
+                shown(&self.path)
             ),
         })
     }
