@@ -301,7 +301,10 @@ impl Recorder {
     /// cannot be created is `ERR_ARENA_INVALID_ARGUMENT` naming it.
     pub fn create(path: &str) -> Result<Recorder> {
         let file = std::fs::File::create(path)
-            .map_err(|e| ArenaError::invalid_argument(format!("cannot record to {path}: {e}")))?;
+            .map_err(|e| {
+                let path = crate::error::escaped(path);
+                ArenaError::invalid_argument(format!("cannot record to {path}: {e}"))
+            })?;
         // A second handle, to cut the file back after a failed write.
         let cut = file.try_clone().ok();
         Recorder::start(path, Box::new(file), cut, RECORD_BUFFER_BYTES)
@@ -325,7 +328,8 @@ impl Recorder {
     ) -> Result<Recorder> {
         Ok(Recorder {
             path: path.to_string(),
-            spool: Spool::new(path, sink, file, buffer_bytes)?,
+            // The spool's label goes into messages: escaped and cut short, whatever the path.
+            spool: Spool::new(&crate::error::escaped(path), sink, file, buffer_bytes)?,
             live: HashMap::new(),
             next_id: 1,
             streams: StreamNumbers::default(),

@@ -362,6 +362,18 @@ fn a_path_that_cannot_be_created_is_an_invalid_argument_naming_it() {
     assert!(!a.is_recording());
 }
 
+// Issue 11's promise of bounded messages: a 100,000-character path made a 100,069-character one.
+#[test]
+fn a_huge_or_unprintable_path_makes_a_short_message() {
+    let a = recordable(&[]);
+    for path in ["/x".repeat(50_000), "/no/such/\u{1b}[31m\0".to_string()] {
+        let e = a.start_recording(&path).expect_err("cannot be created");
+        let message = e.to_string();
+        assert!(message.len() < 400, "{} characters", message.len());
+        assert!(!message.contains(['\u{1b}', '\0']), "escaped: {message}");
+    }
+}
+
 #[test]
 fn stopping_when_no_recording_is_on_is_an_invalid_argument() {
     let a = recordable(&[]);
