@@ -300,11 +300,10 @@ impl Recorder {
     /// A recorder writing to a new file at `path` (an existing file is replaced). A path that
     /// cannot be created is `ERR_ARENA_INVALID_ARGUMENT` naming it.
     pub fn create(path: &str) -> Result<Recorder> {
-        let file = std::fs::File::create(path)
-            .map_err(|e| {
-                let path = crate::error::escaped(path);
-                ArenaError::invalid_argument(format!("cannot record to {path}: {e}"))
-            })?;
+        let file = std::fs::File::create(path).map_err(|e| {
+            let path = crate::error::escaped(path);
+            ArenaError::invalid_argument(format!("cannot record to {path}: {e}"))
+        })?;
         // A second handle, to cut the file back after a failed write.
         let cut = file.try_clone().ok();
         Recorder::start(path, Box::new(file), cut, RECORD_BUFFER_BYTES)
