@@ -297,6 +297,11 @@ class Warnings:
         return [{"message": m, "count": n} for m, n in self.seen.items()]
 
 
+def progress(text):
+    """A line on stderr while the run goes on (the JSON comes at the end)."""
+    print(text, file=sys.stderr, flush=True)
+
+
 def float_hex(x):
     return float(x).hex()
 
@@ -586,13 +591,13 @@ def run(a, result):
         except importlib.metadata.PackageNotFoundError:
             result["versions"][name] = None
     dev = torch.device("cpu" if a.dry_run else "cuda")
-    if not a.dry_run and not torch.cuda.is_available():
-        raise RuntimeError("no CUDA device (use --dry-run to check the script without one)")
     t_import = time.perf_counter()
 
     arena = None
     if a.kind == "arena" and not a.dry_run:
         arena = Arena(torch, a.lib)  # before anything initialises CUDA's allocator
+    if not a.dry_run and not torch.cuda.is_available():
+        raise RuntimeError("no CUDA device (use --dry-run to check the script without one)")
 
     torch.manual_seed(a.seed)
     random.seed(a.seed)
@@ -649,6 +654,7 @@ def run(a, result):
         w.build()
         w.sync()
         t_build = time.perf_counter() - t_build0
+        progress(f"built in {t_build:.1f} s, {time.perf_counter() - t_start:.1f} s since start")
         t_run0 = time.perf_counter()
         for i in range(a.warmup + a.steps):
             rec, elapsed = w.step(i)
@@ -656,6 +662,10 @@ def run(a, result):
             records.append(rec)
             if i >= a.warmup:
                 times.append(elapsed)
+            if w.unit == "step" or i % 50 == 0 or i == a.warmup + a.steps - 1:
+                progress(f"{w.unit} {i}: {elapsed * 1000:.2f} ms " +
+                         (f"loss {rec['loss']:.6f}" if w.unit == "step" else
+                          f"batch {rec['batch']} x {rec['seq']}"))
         t_run = time.perf_counter() - t_run0
     except RuntimeError as e:
         if "deterministic" in str(e) and not a.warn_only:

@@ -20,18 +20,19 @@
 #
 # Output, in $OUT (default ./proof-out), at most 8 files as the device tool brings back:
 #   proof.tar.xz                  runs/WORKLOAD.LABEL.json (models.py's JSON), logs/*.log,
-#                                 env.txt (nvidia-smi, versions, the library's sha256)
+#                                 env.txt (nvidia-smi, versions, the library's sha256);
+#                                 proof.tar.gz where the machine has no xz
 #   snapshot.WORKLOAD.pickle.xz   torch's snapshot of the native-snapshot run (xz; trimmed to
 #                                 the fields cuda-arena replay reads if it would pass 15 MiB)
 #   summary.txt                   the table printed at the end
 #   proof.log                     everything printed
-# Here: tar xJf proof.tar.xz; node scripts/gpu/summarize.mjs runs/*.json (the README table);
+# Here: tar xf proof.tar.xz; node scripts/gpu/summarize.mjs runs/*.json (the README table);
 # node scripts/gpu/pick-config.mjs snapshot.*.pickle.xz (replays; the best config for phase 2).
 #
 # Time: PROOF_BUDGET_S (default 440) seconds for the runs: a run starts only if the longest
 # run of its workload so far (25 s before the first) still fits; what is skipped is listed.
 # PROOF_WORKLOADS (default all four) and PROOF_CANDIDATES (space-separated NAME=CONF) override
-# the lists; PROOF_RUN_TIMEOUT_S (default 180) bounds each process; PROOF_MODELS_ARGS is added
+# the lists; PROOF_RUN_TIMEOUT_S (default 120) bounds each process; PROOF_MODELS_ARGS is added
 # to every models.py command (e.g. "--dry-run --steps 1" to try this script without a GPU).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -43,13 +44,13 @@ case "$phase" in
 esac
 OUT=${OUT:-$PWD/proof-out}
 budget=${PROOF_BUDGET_S:-440}
-run_timeout=${PROOF_RUN_TIMEOUT_S:-180}
+run_timeout=${PROOF_RUN_TIMEOUT_S:-120}
 snapshot_limit=${PROOF_SNAPSHOT_LIMIT:-$((15 << 20))}  # the device tool brings back 16 MiB a file
 read -r -a workloads <<<"${PROOF_WORKLOADS:-gpt2-train resnet50-train encoder-serve decoder-generate}"
-# The candidates of phase "all": what the replays of torch-like traces suggest (docs/pytorch.md,
-# "Real models on an H100"): smaller dead bytes per chunk, regions the size of the request,
-# the CUDA memory pool.
-read -r -a candidates <<<"${PROOF_CANDIDATES:-dead2m=arena.max_dead_bytes_per_chunk=2097152 same=arena.extend_strategy=1 pool=arena.use_cuda_mempool=1}"
+# The candidates of phase "all" (docs/pytorch.md, "Real models on an H100"): chunks split when
+# 2 MiB would be left over rather than 128 MiB (less padding per block), the same with regions
+# the size of the request, and the CUDA memory pool.
+read -r -a candidates <<<"${PROOF_CANDIDATES:-dead2m=arena.max_dead_bytes_per_chunk=2097152 same-dead2m=arena.extend_strategy=1,arena.max_dead_bytes_per_chunk=2097152 pool=arena.use_cuda_mempool=1}"
 lib=.device/libcuda_arena.so
 work=$(mktemp -d)
 mkdir -p "$OUT" "$work/runs" "$work/logs" "$work/snapshots"
@@ -131,10 +132,16 @@ fi
 echo "runs took $((SECONDS - start))s; ${#skipped[@]} skipped by the budget: ${skipped[*]:-none}"
 
 # --- the snapshots: xz, trimmed to what the replay reads if still too big to come back -----
+# xz -1: about 13 times smaller than the pickle, at 50 MB/s a thread; Python's lzma if no xz.
+compress() {
+  if command -v xz >/dev/null; then xz -T0 -1 -c "$1" >"$2"
+  else python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(open(sys.argv[1], "rb"), lzma.open(sys.argv[2], "wb", preset=1))' "$1" "$2"
+  fi
+}
 for p in "$work"/snapshots/*.pickle; do
   [ -f "$p" ] || continue
   w=$(basename "$p" .pickle)
-  xz -T0 -1 -c "$p" >"$OUT/snapshot.$w.pickle.xz"
+  compress "$p" "$OUT/snapshot.$w.pickle.xz"
   if [ "$(stat -c %s "$OUT/snapshot.$w.pickle.xz")" -gt "$snapshot_limit" ]; then
     echo "snapshot $w: over $snapshot_limit bytes compressed; keeping device_traces' action/addr/size/stream"
     python3 - "$p" <<'PY'
@@ -148,7 +155,7 @@ s = {"device_traces": [[{k: e[k] for k in keep if k in e} for e in t] for t in s
 with open(path, "wb") as f:
     pickle.dump(s, f, protocol=4)
 PY
-    xz -T0 -1 -c "$p" >"$OUT/snapshot.$w.pickle.xz"
+    compress "$p" "$OUT/snapshot.$w.pickle.xz"
   fi
   echo "snapshot $w: $(stat -c %s "$p") bytes, $(stat -c %s "$OUT/snapshot.$w.pickle.xz") compressed"
 done
@@ -164,9 +171,10 @@ for p in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
     with open(p) as f:
         r = json.load(f)
     runs.setdefault(r["workload"], {})[r["label"]] = r
-print(f"{'workload':<17} {'run':<16} {'ok':<3} {'same as native':<15} {'driver peak':>12} "
+print(f"{'workload':<17} {'run':<18} {'ok':<3} {'same as native':<15} {'driver peak':>12} "
       f"{'alloc held':>11} {'median':>10} {'x native':>8}")
-for w, by in runs.items():
+known = ["gpt2-train", "resnet50-train", "encoder-serve", "decoder-generate"]
+for w, by in sorted(runs.items(), key=lambda kv: (known.index(kv[0]) if kv[0] in known else 9, kv[0])):
     native = by.get("native")
     nt = native and native.get("time", {}).get("median_s")
     order = lambda l: ({"native": 0, "expandable": 1, "arena": 2}.get(l, 9 if l == "native-snapshot" else 3), l)
@@ -180,14 +188,16 @@ for w, by in runs.items():
         med = f"{t['median_s'] * 1000:.2f} ms" if t.get("count") else "-"
         ratio = f"{t['median_s'] / nt:.3f}" if t.get("count") and nt else "-"
         ok = "yes" if r.get("ok") and c.get("passed", True) else "NO"
-        print(f"{w:<17} {label:<16} {ok:<3} {same:<15} {drv:>12} {held:>11} {med:>10} {ratio:>8}")
+        print(f"{w:<17} {label:<18} {ok:<3} {same:<15} {drv:>12} {held:>11} {med:>10} {ratio:>8}")
         if r.get("error"):
             print("    error:", r["error"].strip().split("\n")[-1][:200])
         for f in c.get("failures", []):
             print("    check:", f[:200])
 PY
 
-tar -C "$work" -cJf "$OUT/proof.tar.xz" runs logs env.txt
+if command -v xz >/dev/null; then tar -C "$work" -cJf "$OUT/proof.tar.xz" runs logs env.txt
+else tar -C "$work" -czf "$OUT/proof.tar.gz" runs logs env.txt
+fi
 rm -rf "$work"
 echo "proof $phase: $((SECONDS - start))s in all, $failed run(s) failed or failed a check"
 ls -l "$OUT"
