@@ -256,10 +256,14 @@ class Poller(threading.Thread):
     def sample(self):
         self.max_used = max(self.max_used, self.driver.used())
         if self.arena is not None:
-            s = self.arena.stats()
-            self.max_held = max(self.max_held, s.total_allocated)
-            self.max_requested = max(self.max_requested, s.requested_in_use)
-            self.max_in_use = max(self.max_in_use, s.in_use)
+            try:
+                s = self.arena.stats()
+            except RuntimeError as e:  # the driver's figure goes on; the JSON says what failed
+                self.error = self.error or repr(e)
+            else:
+                self.max_held = max(self.max_held, s.total_allocated)
+                self.max_requested = max(self.max_requested, s.requested_in_use)
+                self.max_in_use = max(self.max_in_use, s.in_use)
         self.samples += 1
 
     def run(self):
