@@ -32,7 +32,8 @@
 # Time: PROOF_BUDGET_S (default 440) seconds for the runs: a run starts only if the longest
 # run of its workload so far (25 s before the first) still fits; what is skipped is listed.
 # PROOF_WORKLOADS (default all four) and PROOF_CANDIDATES (space-separated NAME=CONF) override
-# the lists; PROOF_RUN_TIMEOUT_S (default 120) bounds each process; PROOF_MODELS_ARGS is added
+# the lists; PROOF_SNAPSHOT=0 skips the native-snapshot runs (a table of native, expandable,
+# the arena and the candidates from one run: PROOF_CANDIDATES="best=CONF"); PROOF_RUN_TIMEOUT_S (default 120) bounds each process; PROOF_MODELS_ARGS is added
 # to every models.py command (e.g. "--dry-run --steps 1" to try this script without a GPU).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -118,9 +119,11 @@ else
   for w in "${workloads[@]}"; do run native "$w" native --check; done
   for w in "${workloads[@]}"; do run arena "$w" arena --check "$(ref "$w")"; done
   for w in "${workloads[@]}"; do run expandable "$w" expandable --check "$(ref "$w")"; done
-  for w in "${workloads[@]}"; do
-    run native-snapshot "$w" native --snapshot "$work/snapshots/$w.pickle" --check "$(ref "$w")"
-  done
+  if [ "${PROOF_SNAPSHOT:-1}" = 1 ]; then
+    for w in "${workloads[@]}"; do
+      run native-snapshot "$w" native --snapshot "$work/snapshots/$w.pickle" --check "$(ref "$w")"
+    done
+  fi
   if [ "$phase" = all ]; then
     for c in "${candidates[@]}"; do
       for w in "${workloads[@]}"; do

@@ -306,6 +306,11 @@ impl Allocator for CudaPoolAllocator {
         let mut st = self.state.lock();
         st.check_live()?;
         let _current = self.ctx.make_current()?;
+        // Trimming releases only memory whose stream-ordered frees have run: without waiting,
+        // what the host freed on its streams just before (torch's empty_cache) stays held
+        // (measured on an H100: 32-96 MiB kept with nothing live). ORT's mempool arena also
+        // synchronizes its streams before it trims.
+        driver::ctx_synchronize()?;
         driver::pool_trim_to(self.raw_pool(), self.bytes_to_keep_on_shrink)?;
         st.stats.num_arena_shrinkages += 1;
         Ok(())
