@@ -1,83 +1,95 @@
+/** The `--html` page of `cuda-arena replay` in a real browser: what it draws for the configs compared. */
 import test from 'ava'
-import { spawnSync } from 'node:child_process'
-import { existsSync, mkdtempSync } from 'node:fs'
 import { join } from 'node:path'
-import { tmpdir } from 'node:os'
-import { pathToFileURL } from 'node:url'
-import { chromium } from 'playwright-core'
+import { replay, tempDir, withPage } from './html-page'
 
-const root = join(__dirname, '..')
-const CHROMIUM = '/usr/bin/chromium'
-
-test("the --html page renders in a real browser without errors, one shape per region of the JSON's final map", async (t) => {
-  t.true(existsSync(CHROMIUM), `${CHROMIUM} is needed (Debian's chromium; .ci/run installs it)`)
-  const dir = mkdtempSync(join(tmpdir(), 'cuda-arena-html-'))
-  const page = join(dir, 'report.html')
-  const r = spawnSync(
-    process.execPath,
-    [join(root, 'dist', 'cli.js'), 'replay', '--sample', 'growing', '--backend', 'virtual', '--compare', 'arena.extend_strategy=1', '--json', '--html', page],
-    { encoding: 'utf8' },
-  )
-  t.is(r.status, 0, r.stderr)
-  const json = JSON.parse(r.stdout) as { runs: { memoryLog: { regions: unknown[] } }[] }
-  const regions = json.runs.reduce((n, run) => n + run.memoryLog.regions.length, 0)
-  t.true(regions > 0)
-
-  const browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-  })
-  try {
-    const tab = await browser.newPage()
-    const errors: string[] = []
-    tab.on('pageerror', (e) => errors.push(e.message))
-    tab.on('console', (m) => {
-      if (m.type() === 'error') errors.push(m.text())
-    })
-    const requests: string[] = []
-    tab.on('request', (req) => requests.push(req.url()))
-    await tab.goto(pathToFileURL(page).href)
+test('the --html page draws in a real browser with no console errors and fetches nothing', async (t) => {
+  const page = join(tempDir(), 'report.html')
+  replay(t, ['--sample', 'growing', '--backend', 'virtual', '--compare', 'arena.extend_strategy=1', '--html', page])
+  await withPage(t, page, async ({ tab, requests, errors }) => {
+    t.is(await tab.evaluate(() => document.documentElement.dataset.ready), '1')
     t.deepEqual(errors, [])
-    t.deepEqual(requests, [pathToFileURL(page).href], 'the page fetches nothing')
-    t.is(await tab.locator('svg.map rect.region').count(), regions)
-    t.is(await tab.locator('svg.chart').count(), json.runs.length)
-    t.is(await tab.locator('svg.chart polyline.series').count(), 3 * json.runs.length)
-    await tab.screenshot({ path: join(dir, 'report.png'), fullPage: true })
-  } finally {
-    await browser.close()
-  }
+    t.deepEqual(requests, [], 'the page fetches nothing')
+    t.true((await tab.locator('svg.chart polygon.band').count()) > 2, 'live allocations are drawn as bands')
+    t.true((await tab.locator('svg.map rect.chunk').count()) > 2, 'chunks are drawn')
+  })
+})
+
+test("the summary table gives each config's peak held, held/requested, extensions, failed allocations and ns/op from the replay", async (t) => {
+  const page = join(tempDir(), 'report.html')
+  const json = replay(t, ['--sample', 'inference', '--backend', 'virtual', '--compare', 'arena.extend_strategy=1', '--json', '--html', page])
+  await withPage(t, page, async ({ tab }) => {
+    const rows = await tab.$$eval('table.summary tbody tr', (trs) => trs.map((tr) => Array.from(tr.children, (c) => c.textContent?.trim() ?? '')))
+    const head = await tab.$$eval('table.summary thead th', (ths) => ths.map((th) => th.textContent?.trim() ?? ''))
+    const cell = (row: string[], name: string): string => row[head.indexOf(name)]
+    const mib = (n: number): string => `${(n / 2 ** 20).toFixed(1)} MiB`
+    t.is(rows.length, json.runs.length)
+    json.runs.forEach((run, i) => {
+      t.is(cell(rows[i], 'config'), run.label)
+      t.is(cell(rows[i], 'peak held'), mib(run.peakHeld))
+      t.is(cell(rows[i], 'held/requested'), (run.peakHeld / run.peakRequested).toFixed(3))
+      t.is(cell(rows[i], 'extensions'), run.stats.numArenaExtensions.toLocaleString('en'))
+      t.is(cell(rows[i], 'failed allocs'), String(run.failedAllocs))
+      t.is(cell(rows[i], 'ns/op'), (run.elapsedNs / run.ops).toFixed(1))
+    })
+  })
+})
+
+test('the configs stand side by side: their timelines share one op axis and their maps stand in one row', async (t) => {
+  const page = join(tempDir(), 'report.html')
+  replay(t, ['--sample', 'small', '--backend', 'virtual', '--compare', 'arena.extend_strategy=1', '--compare', 'arena.max_dead_bytes_per_chunk=1024', '--html', page])
+  await withPage(t, page, async ({ tab }) => {
+    const plots = await tab.$$eval('section.run svg.chart rect.plot', (rs) => rs.map((r) => r.getBoundingClientRect()).map((b) => [b.left, b.width]))
+    t.is(plots.length, 3)
+    t.deepEqual(new Set(plots.map((p) => p.join())).size, 1, 'every timeline spans the same pixels')
+    const opLabels = await tab.$$eval('section.run svg.chart', (svgs) => svgs.map((s) => Array.from(s.querySelectorAll('text'), (x) => x.textContent).filter((x) => x && /^[0-9,]+$/.test(x)).join(' ')))
+    t.is(new Set(opLabels).size, 1, 'and the same ops')
+    const maps = await tab.$$eval('figure.map-fig', (fs) => fs.map((f) => f.getBoundingClientRect()).map((b) => [b.top, b.left]))
+    t.is(maps.length, 3)
+    t.is(new Set(maps.map(([top]) => top)).size, 1, 'the maps are in one row')
+    t.true(maps[0][1] < maps[1][1] && maps[1][1] < maps[2][1], 'left to right in the order compared')
+  })
+})
+
+test("dragging across a timeline zooms every config's timeline into the ops dragged over", async (t) => {
+  const page = join(tempDir(), 'report.html')
+  replay(t, ['--sample', 'growing', '--backend', 'virtual', '--compare', 'arena.extend_strategy=1', '--html', page])
+  await withPage(t, page, async ({ tab }) => {
+    const before = await tab.textContent('#range')
+    const plot = await tab.locator('section.run[data-run="1"] rect.plot').boundingBox()
+    if (!plot) return t.fail('no plot')
+    const y = plot.y + plot.height / 2
+    await tab.mouse.move(plot.x + plot.width * 0.25, y)
+    await tab.mouse.down()
+    await tab.mouse.move(plot.x + plot.width * 0.5, y, { steps: 5 })
+    await tab.mouse.up()
+    const after = await tab.textContent('#range')
+    t.not(after, before)
+    const [from, to] = (/ops ([0-9,]+) … ([0-9,]+) of/.exec(after ?? '') ?? []).slice(1).map((s) => Number(s.replace(/,/g, '')))
+    t.true(from > 20_000 && to < 55_000 && from < to, `zoomed to ${after}`)
+    const firstTicks = await tab.$$eval('section.run svg.chart', (svgs) =>
+      svgs.map((s) => Array.from(s.querySelectorAll('text'), (x) => x.textContent ?? '').filter((x) => /^[0-9,]+$/.test(x))[0]),
+    )
+    t.is(new Set(firstTicks).size, 1, 'both timelines show the same ops')
+    t.true(Number(firstTicks[0].replace(/,/g, '')) >= from)
+  })
 })
 
 // Issue 11, item 16: the pool's run showed the arena's regions under the pool's label.
-test("a memory pool's section says it has no regions instead of drawing a map", async (t) => {
-  t.true(existsSync(CHROMIUM), `${CHROMIUM} is needed (Debian's chromium; .ci/run installs it)`)
-  const dir = mkdtempSync(join(tmpdir(), 'cuda-arena-html-'))
-  const page = join(dir, 'pool.html')
-  const r = spawnSync(
-    process.execPath,
-    [join(root, 'dist', 'cli.js'), 'replay', '--sample', 'small', '--backend', 'virtual', '--compare', 'arena.use_cuda_mempool=1', '--json', '--html', page],
-    { encoding: 'utf8' },
-  )
-  t.is(r.status, 0, r.stderr)
-  const json = JSON.parse(r.stdout) as { runs: { allocator: string; memoryLog: { regions: unknown[] } }[] }
+test("a memory pool's map says it has no regions instead of drawing one", async (t) => {
+  const page = join(tempDir(), 'pool.html')
+  const json = replay(t, ['--sample', 'small', '--backend', 'virtual', '--compare', 'arena.use_cuda_mempool=1', '--json', '--html', page])
   t.deepEqual(
     json.runs.map((run) => run.allocator),
     ['arena', 'memory pool'],
   )
-  const browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+  await withPage(t, page, async ({ tab, errors }) => {
+    t.deepEqual(errors, [])
+    const maps = tab.locator('figure.map-fig')
+    t.is(await maps.count(), 2)
+    t.true((await maps.nth(0).locator('svg.map rect.region').count()) > 0)
+    t.is(await maps.nth(1).locator('svg.map').count(), 0)
+    t.regex((await maps.nth(1).locator('p.no-map').textContent()) ?? '', /memory pool has no regions/)
+    t.is(await tab.locator('section.run svg.chart').count(), 2, 'both draw memory over the replay')
   })
-  try {
-    const tab = await browser.newPage()
-    await tab.goto(pathToFileURL(page).href)
-    const sections = tab.locator('section')
-    t.is(await sections.count(), 2)
-    t.is(await sections.nth(0).locator('svg.map rect.region').count(), json.runs[0].memoryLog.regions.length)
-    t.is(await sections.nth(1).locator('svg.map').count(), 0)
-    t.regex((await sections.nth(1).locator('p.no-map').textContent()) ?? '', /memory pool has no regions/)
-    t.is(await tab.locator('svg.chart').count(), 2, 'both draw memory over the replay')
-  } finally {
-    await browser.close()
-  }
 })

@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { native } from './native'
 import { cLibrary, cudaAvailable, describe, devices, ERR_NO_NATIVE_BINDING, isArenaError } from './index'
-import { renderReport } from './report-html'
+import { renderReport } from './report'
 
 loaded()
 
@@ -20,6 +20,8 @@ const MAX_TRACE_LINES = 100_000_000
 const MAX_STREAMS = 1024
 /** The largest PyTorch memory snapshot `replay` reads (`MAX_SNAPSHOT_BYTES` in Rust). */
 const MAX_SNAPSHOT_BYTES = 2 ** 30
+/** The most ops `--html` draws (`MAX_PICTURE_OPS` in Rust). */
+const MAX_PICTURE_OPS = 10_000_000
 
 const HELP: Record<string, string> = {
   main: `cuda-arena: a GPU memory arena with ONNX Runtime's semantics
@@ -51,6 +53,7 @@ platform's package (include/cuda_arena.h, lib/libcuda_arena.so), for example:
 With --json: the package, include and library directories, and the flags.`,
   replay: `Usage: cuda-arena replay TRACE|--sample NAME [--backend cuda|virtual] [--config k=v ...]
                           [--compare 'k=v,k=v' ...] [--json] [--html FILE] [--lenient] [--device N]
+                          [--memory-log-at OP ...]
 
 Replays the trace through a fresh arena per config and prints, per config: peak bytes
 requested, peak bytes held, held/requested, arena extensions and shrinkages, the final stats
@@ -62,9 +65,14 @@ its first byte): its allocs and requested frees are replayed, and what was skipp
   --config k=v    an arena.* option for every config (repeatable)
   --compare LIST  another config: the --config options plus these (repeatable)
   --json          print the results as JSON
-  --html FILE     also write a page drawing memory over the replay and the final regions
+  --html FILE     also write a page of the memory over the replay: allocations as bands,
+                  and regions and chunks at the peak or after any op (docs/replay-report.md);
+                  for traces of up to ${MAX_PICTURE_OPS} ops
   --lenient       skip malformed lines and count them instead of stopping
   --device N      a snapshot's device to replay (default: the one with the most events)
+  --memory-log-at OP  with --json: each config's memory log (regions, chunks, reserves, bins,
+                  stats) after the trace's first OP operations, 0 to the trace's length, in
+                  "memoryLogsAt" (repeatable)
 
 A config with arena.use_cuda_mempool=1 replays through the memory pool (it has no regions:
 held is what the pool keeps from the device). Each "stream" number in the trace replays on a
@@ -232,7 +240,7 @@ function snapshotSummary(s: NonNullable<ReturnType<typeof native.replayTraceFile
 }
 
 function replay(args: string[]): number {
-  const p = parseArgs(args, ['--sample', '--backend', '--config', '--compare', '--html', '--device'], ['--json', '--lenient'])
+  const p = parseArgs(args, ['--sample', '--backend', '--config', '--compare', '--html', '--device', '--memory-log-at'], ['--json', '--lenient'])
   const sample = one(p, '--sample')
   if (p.positional.length > 1) throw new UsageError('give one trace file')
   if ((sample === undefined) === (p.positional.length === 0)) throw new UsageError('give a trace file or --sample NAME (one of them)')
@@ -246,6 +254,8 @@ function replay(args: string[]): number {
   const configs = [base, ...(p.flags.get('--compare') ?? []).map((c) => ({ ...base, ...pairs(c.split(','), '--compare') }))]
   const labels = ['base' + (Object.keys(base).length ? ` (${Object.entries(base).map(([k, v]) => `${k}=${v}`).join(', ')})` : ''), ...(p.flags.get('--compare') ?? [])]
   const limit = maxLines()
+  const logsAt = (p.flags.get('--memory-log-at') ?? []).map((v) => digits('--memory-log-at', v, MAX_TRACE_LINES))
+  if (logsAt.length && !one(p, '--json')) throw new UsageError('--memory-log-at prints with --json')
   const htmlPath = one(p, '--html')
   const html = htmlPath === undefined ? undefined : new HtmlOut(htmlPath)
   const dir = sample === undefined ? undefined : mkdtempSync(join(tmpdir(), 'cuda-arena-'))
@@ -255,15 +265,34 @@ function replay(args: string[]): number {
     // A progress bar for replays over a second, on a terminal only. The delay can be set (for
     // tests) with CUDA_ARENA_PROGRESS_AFTER_MS.
     const after = process.stderr.isTTY === true ? Number(process.env.CUDA_ARENA_PROGRESS_AFTER_MS ?? 1000) : 0
-    const result = native.replayTraceFile(file, backend, configs, { lenient: one(p, '--lenient') !== undefined, samples: 200, progressAfterMs: after, maxLines: limit, device })
+    const result = native.replayTraceFile(file, backend, configs, {
+      lenient: one(p, '--lenient') !== undefined,
+      samples: 200,
+      progressAfterMs: after,
+      maxLines: limit,
+      device,
+      picture: html !== undefined,
+      memoryLogAt: logsAt,
+    })
     for (const r of result.runs) for (const w of r.warnings) console.error(`cuda-arena replay: warning: ${oneLine(w)}`)
     const what = sample ? `sample ${sample}` : file
     if (html) {
-      const runs = result.runs.map((r, i) => ({ label: labels[i], allocator: r.allocator, ops: r.ops, peakRequested: r.peakRequested, peakHeld: r.peakHeld, samples: r.samples, memoryLog: r.memoryLog }))
-      html.write(renderReport(`cuda-arena replay of ${what} on ${backend}`, runs))
+      const ops = result.runs[0]?.ops ?? 0
+      const runs = result.runs.flatMap((r, i) => (r.picture ? [{ ...r, label: labels[i], picture: r.picture }] : []))
+      html.write(
+        renderReport({
+          title: `cuda-arena replay of ${what} on ${backend}`,
+          subtitle: [`${ops.toLocaleString('en')} ops`, result.snapshot ? snapshotSummary(result.snapshot) : ''].filter(Boolean).join(' · '),
+          ops,
+          streams: result.snapshot?.streams.map((h) => `torch stream 0x${h.toString(16)}`),
+          runs,
+        }),
+      )
     }
     if (one(p, '--json')) {
-      const json = { trace: sample ? `sample:${sample}` : file, backend, linesSkipped: result.linesSkipped, linesSkippedCount: result.linesSkippedCount, snapshot: result.snapshot ?? null, runs: result.runs.map((r, i) => ({ label: labels[i], ...r })) }
+      // The picture is the page's; memory logs at ops only when asked for.
+      const shown = result.runs.map(({ picture: _, memoryLogsAt, ...r }, i) => ({ label: labels[i], ...r, ...(logsAt.length ? { memoryLogsAt } : {}) }))
+      const json = { trace: sample ? `sample:${sample}` : file, backend, linesSkipped: result.linesSkipped, linesSkippedCount: result.linesSkippedCount, snapshot: result.snapshot ?? null, runs: shown }
       console.log(JSON.stringify(json, (_, v: unknown) => (typeof v === 'bigint' ? Number(v) : v), 2))
       return 0
     }

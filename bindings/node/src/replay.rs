@@ -10,15 +10,16 @@ use cuda_arena_core::factory::{selected_allocator, Selected};
 use cuda_arena_core::torch_snapshot::{
     looks_like_pickle, read_snapshot, SnapshotReport, MAX_SNAPSHOT_BYTES,
 };
+use cuda_arena_core::trace::picture::{Picture, PictureOptions, PictureRecorder};
 use cuda_arena_core::trace::{
-    mixed_trace, named_trace, replay_observed, ReplayReport, TraceOp, TraceStreams,
-    MAX_TRACE_STREAMS,
+    mixed_trace, named_trace, replay_observed, replay_with, ReplayOptions, ReplayReport, TraceOp,
+    TraceStreams, MAX_TRACE_STREAMS,
 };
 use cuda_arena_core::trace_format::{
     parse_trace_reader, write_trace, ParsedTrace, MAX_TRACE_LINES,
 };
 use cuda_arena_core::{ArenaConfig, Backend, MemoryKind, SharedKind, SimBackend, SimKind};
-use napi::bindgen_prelude::BigUint64Array;
+use napi::bindgen_prelude::{BigUint64Array, Float64Array};
 use napi_derive::napi;
 use std::io::Write;
 use std::sync::Arc;
@@ -223,6 +224,112 @@ pub struct JsFileReplay {
     pub samples: Vec<Vec<f64>>,
     /// Regions and chunks after the replay (none for a memory pool).
     pub memory_log: crate::convert::JsMemoryLog,
+    /// The allocator's own memory log at each op asked for (`options.memoryLogAt`), streams
+    /// given as trace stream numbers.
+    pub memory_logs_at: Vec<JsMemoryLogAt>,
+    /// The memory at every op (`options.picture`).
+    pub picture: Option<JsPicture>,
+}
+
+/// The allocator's memory log after the trace's first `op` operations.
+#[napi(object)]
+pub struct JsMemoryLogAt {
+    pub op: f64,
+    pub memory_log: crate::convert::JsMemoryLog,
+}
+
+/// What the memory looked like after each op of a replay
+/// (`cuda_arena_core::trace::picture`), flat: op `k` means the allocator after the trace's
+/// first `k` operations; a `died` of -1 means still there at the end. Numbers are exact
+/// (bytes and addresses below 2^53).
+#[napi(object)]
+pub struct JsPicture {
+    /// Operations replayed.
+    pub ops: f64,
+    /// Eight numbers per alloc or reserve, in trace order: born (the first op it is live
+    /// at), died, address, size handed out (its chunk), size requested, trace stream
+    /// number (0: none), reserve (1 or 0), failed (1 when refused for lack of memory).
+    pub allocs: Float64Array,
+    /// Five numbers per region (or mapped extent): born, died, id, base, size.
+    pub regions: Float64Array,
+    /// Five numbers per free chunk that a stream owns: born, died, address, size, stream.
+    /// Every other byte of a region that no allocation holds is a free chunk no stream owns.
+    pub stream_free: Float64Array,
+    /// Two numbers per change of the bytes held from the device: op, bytes.
+    pub held: Float64Array,
+    /// The first op at which the most bytes were held.
+    pub peak_held_at: f64,
+    /// How many times the followed free chunks were checked against the memory log.
+    pub checks: f64,
+    /// The ops where they differed (then they were read again from the allocator).
+    pub mismatches: Vec<f64>,
+}
+
+/// `None` as -1, for a `died` that never came.
+fn died(d: Option<u64>) -> f64 {
+    d.map_or(-1.0, |d| d as f64)
+}
+
+impl From<Picture> for JsPicture {
+    fn from(p: Picture) -> Self {
+        let allocs = p
+            .allocs
+            .iter()
+            .flat_map(|a| {
+                [
+                    a.born as f64,
+                    died(a.died),
+                    a.addr as f64,
+                    a.size as f64,
+                    a.requested as f64,
+                    f64::from(a.stream),
+                    f64::from(u8::from(a.reserve)),
+                    f64::from(u8::from(a.failed)),
+                ]
+            })
+            .collect();
+        let regions = p
+            .regions
+            .iter()
+            .flat_map(|r| {
+                [
+                    r.born as f64,
+                    died(r.died),
+                    r.id as f64,
+                    r.base as f64,
+                    r.size as f64,
+                ]
+            })
+            .collect();
+        let stream_free = p
+            .stream_free
+            .iter()
+            .flat_map(|f| {
+                [
+                    f.born as f64,
+                    died(f.died),
+                    f.addr as f64,
+                    f.size as f64,
+                    f64::from(f.stream),
+                ]
+            })
+            .collect();
+        let held = p
+            .held
+            .iter()
+            .flat_map(|&(op, bytes)| [op as f64, bytes as f64])
+            .collect();
+        JsPicture {
+            ops: p.ops as f64,
+            allocs: Float64Array::new(allocs),
+            regions: Float64Array::new(regions),
+            stream_free: Float64Array::new(stream_free),
+            held: Float64Array::new(held),
+            peak_held_at: p.peak_held_at as f64,
+            checks: p.checks as f64,
+            mismatches: p.mismatches.iter().map(|&m| m as f64).collect(),
+        }
+    }
 }
 
 /// A trace file replayed under one or more configs.
@@ -323,7 +430,18 @@ pub struct JsReplayFileOptions {
     pub max_lines: f64,
     /// A snapshot's device to replay (default: the one with the most events).
     pub device: Option<u32>,
+    /// Also record what the memory looked like after every op (`JsFileReplay.picture`),
+    /// for the `--html` page: an extra, untimed pass per config. At most
+    /// `MAX_PICTURE_OPS` operations.
+    pub picture: Option<bool>,
+    /// Ops (0 … the trace's length) to take each config's memory log at
+    /// (`JsFileReplay.memoryLogsAt`): op `k` is the allocator after the first `k` operations.
+    pub memory_log_at: Option<Vec<f64>>,
 }
+
+/// The most operations a replay records a picture of (`options.picture`): what the `--html`
+/// page of a trace this long weighs is in docs/replay-report.md.
+pub const MAX_PICTURE_OPS: u32 = 10_000_000;
 
 /// Reads the trace at `path`: a PyTorch memory snapshot when its first byte is a pickle's
 /// (read whole, at most `MAX_SNAPSHOT_BYTES`; `options.device` picks the device, default the
@@ -347,8 +465,24 @@ pub fn replay_trace_file(
         progress_after_ms,
         max_lines,
         device,
+        picture,
+        memory_log_at,
     } = options;
     let max_lines = whole("maxLines", max_lines, 0.0, MAX_TRACE_LINES as f64)? as usize;
+    let picture = picture.unwrap_or(false);
+    let memory_log_at = memory_log_at
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+        .map(|(i, &op)| {
+            whole(
+                &format!("memoryLogAt[{i}]"),
+                op,
+                0.0,
+                MAX_TRACE_LINES as f64,
+            )
+        })
+        .collect::<Result<Vec<u64>>>()?;
     backend_for(&backend)?;
     let configs = configs
         .into_iter()
@@ -389,6 +523,19 @@ pub fn replay_trace_file(
     bar.finish();
     let (parsed, snapshot) = read?;
     let parse_ns = started.elapsed().as_nanos() as f64;
+    let ops = parsed.ops.len() as u64;
+    if let Some(op) = memory_log_at.iter().find(|&&op| op > ops) {
+        return Err(invalid(format!(
+            "a memory log was asked for after op {op}, and the trace has {ops} operations"
+        )));
+    }
+    if picture && ops > u64::from(MAX_PICTURE_OPS) {
+        return Err(invalid(format!(
+            "a picture (--html) is recorded for traces of up to {MAX_PICTURE_OPS} operations, \
+             and this one has {ops}: replay a part of it"
+        )));
+    }
+    let pictured = picture || !memory_log_at.is_empty();
     let mut runs = Vec::new();
     let total = configs.len();
     for config in configs {
@@ -397,17 +544,39 @@ pub fn replay_trace_file(
         let every = (parsed.ops.len() / samples.max(1) as usize).max(1);
         // A pass that reads the stats after every allocation finds the exact peak held; the
         // timed pass, on a fresh allocator, reads them only for the samples.
-        let peak = {
-            let Selected { allocator, .. } = select().map_err(js)?;
+        // With a picture, the same pass records it (it reads the stats after every op).
+        let (peak, pictured) = {
+            let Selected {
+                allocator, kind, ..
+            } = select().map_err(js)?;
             let streams = TraceStreams::for_trace(&parsed.ops).map_err(js)?;
             let label = format!("config {}/{} (peaks)", runs.len() + 1, total);
             let mut bar = Progress::new(progress_after_ms, label, parsed.ops.len() as u64);
-            let replayed =
-                replay_observed(&*allocator, &parsed.ops, &streams, true, every, &mut |x| {
-                    bar.update(x.op)
-                });
+            let mut recorder = pictured.then(|| {
+                PictureRecorder::new(PictureOptions {
+                    layout: kind != SharedKind::Mempool,
+                    memory_logs_at: memory_log_at.clone(),
+                    check_every: (ops / 16).max(1),
+                })
+            });
+            let replayed = replay_with(
+                &*allocator,
+                &parsed.ops,
+                &streams,
+                ReplayOptions {
+                    track_peaks: true,
+                    sample_every: every,
+                    on_sample: Some(&mut |x| bar.update(x.op)),
+                    observer: recorder
+                        .as_mut()
+                        .map(|r| r as &mut dyn cuda_arena_core::trace::ReplayObserver),
+                },
+            );
             bar.finish();
-            replayed.map_err(js)?.0
+            (
+                replayed.map_err(js)?.0,
+                recorder.map(PictureRecorder::finish),
+            )
         };
         let Selected {
             allocator,
@@ -452,6 +621,19 @@ pub fn replay_trace_file(
                 })
                 .collect(),
             memory_log: allocator.memory_log().into(),
+            memory_logs_at: pictured
+                .as_ref()
+                .map(|p| {
+                    p.memory_logs
+                        .iter()
+                        .map(|(op, log)| JsMemoryLogAt {
+                            op: *op as f64,
+                            memory_log: log.clone().into(),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+            picture: pictured.filter(|_| picture).map(JsPicture::from),
         });
     }
     Ok(JsFileReplays {

@@ -6,8 +6,10 @@
 
 use crate::allocator::Allocator;
 use crate::error::{ArenaError, Result};
-use crate::stream::Stream;
+use crate::stream::{Stream, StreamId};
 use std::time::Instant;
+
+pub mod picture;
 
 /// One trace operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -351,6 +353,15 @@ impl TraceStreams {
     pub fn is_empty(&self) -> bool {
         self.streams.is_empty()
     }
+
+    /// The trace stream number of the stream with id `id` (what memory logs tag chunks
+    /// with), if it is one of these.
+    pub fn number_of(&self, id: StreamId) -> Option<u32> {
+        self.streams
+            .iter()
+            .find(|(_, s)| s.id() == id)
+            .map(|&(n, _)| n)
+    }
 }
 
 /// One step of a trace compiled for replay: trace ids become slots of a table that holds
@@ -453,6 +464,72 @@ fn compile(trace: &[TraceOp], streams: &TraceStreams) -> Result<(Vec<Step>, usiz
     Ok((steps, slots.count as usize))
 }
 
+/// What one replayed operation did, as a [`ReplayObserver`] sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replayed {
+    /// An `alloc` or `reserve` of `size` bytes into `slot` (a number the replay gives each
+    /// live allocation, reused after its free). `addr` is `None` when the allocator refused
+    /// it for lack of memory, and `Some(0)` for a size of 0.
+    Alloc {
+        /// The allocation's slot, until its free.
+        slot: u32,
+        /// Bytes requested.
+        size: u64,
+        /// Trace stream number, 0 for none (always 0 for a reserve).
+        stream: u32,
+        /// Whether it was a `reserve`.
+        reserve: bool,
+        /// Where it went.
+        addr: Option<u64>,
+    },
+    /// The free of the live allocation in `slot`, at `addr`.
+    Free {
+        /// The slot its allocation took.
+        slot: u32,
+        /// Its address (0 for an allocation of size 0).
+        addr: u64,
+    },
+    /// Nothing replayed: a free of an id never allocated, or of an allocation that failed.
+    Nothing,
+}
+
+/// Watches a replay operation by operation ([`ReplayOptions::observer`]). Its calls run
+/// inside the replay loop, so an observed replay's time is not the allocator's alone: time
+/// a replay without one.
+pub trait ReplayObserver {
+    /// Before the first operation, with the allocator as it starts (its state 0).
+    fn start(&mut self, allocator: &dyn Allocator, streams: &TraceStreams) -> Result<()>;
+    /// After operation `index` (0-based), with the allocator in its state `index + 1`. An
+    /// error stops the replay with it.
+    fn replayed(&mut self, index: u64, what: Replayed, allocator: &dyn Allocator) -> Result<()>;
+}
+
+/// How [`replay_with`] replays, beyond the trace and the streams.
+#[derive(Default)]
+pub struct ReplayOptions<'a> {
+    /// Read the stats after every allocation to find the peak held (slower; leave it off to
+    /// time the allocator alone).
+    pub track_peaks: bool,
+    /// Read the stats every so many operations into a [`Sample`] (0: never). The reads are
+    /// inside the timed loop: sample sparsely when timing matters.
+    pub sample_every: usize,
+    /// Called with each sample as it is taken (for progress).
+    pub on_sample: Option<&'a mut dyn FnMut(&Sample)>,
+    /// Told of every operation (see [`ReplayObserver`]).
+    pub observer: Option<&'a mut dyn ReplayObserver>,
+}
+
+impl std::fmt::Debug for ReplayOptions<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplayOptions")
+            .field("track_peaks", &self.track_peaks)
+            .field("sample_every", &self.sample_every)
+            .field("on_sample", &self.on_sample.is_some())
+            .field("observer", &self.observer.is_some())
+            .finish()
+    }
+}
+
 /// Replays `trace` through `allocator`; trace stream `k` allocates on `streams[k - 1]`. With
 /// `track_peaks`, reads the stats after every allocation to find the peak held (slower;
 /// leave it off to time the allocator alone). An allocation the allocator refuses for lack
@@ -513,6 +590,34 @@ pub fn replay_observed(
     sample_every: usize,
     on_sample: &mut dyn FnMut(&Sample),
 ) -> Result<(ReplayReport, Vec<Sample>)> {
+    replay_with(
+        allocator,
+        trace,
+        streams,
+        ReplayOptions {
+            track_peaks,
+            sample_every,
+            on_sample: Some(on_sample),
+            observer: None,
+        },
+    )
+}
+
+/// [`replay`] with the streams given by number ([`TraceStreams`]) and the rest of what it
+/// can do in `options`: peaks, samples, an observer of every operation. The observer is
+/// started once the trace is compiled and checked, before the first operation.
+pub fn replay_with(
+    allocator: &dyn Allocator,
+    trace: &[TraceOp],
+    streams: &TraceStreams,
+    options: ReplayOptions<'_>,
+) -> Result<(ReplayReport, Vec<Sample>)> {
+    let ReplayOptions {
+        track_peaks,
+        sample_every,
+        mut on_sample,
+        mut observer,
+    } = options;
     let mut samples = Vec::new();
     /// A slot with nothing live: `(address, size)` with an impossible size.
     const EMPTY: (u64, u64) = (0, u64::MAX);
@@ -532,9 +637,13 @@ pub fn replay_observed(
     let mut table: Vec<(u64, u64)> = vec![EMPTY; slots];
     let mut report = ReplayReport::default();
     let mut requested = 0u64;
+    if let Some(o) = observer.as_mut() {
+        o.start(allocator, streams)?;
+    }
     let started = Instant::now();
     let result = (|| {
         for step in &steps {
+            let mut replayed = Replayed::Nothing;
             let allocated = match *step {
                 Step::Alloc { slot, size, stream } => Some((
                     slot,
@@ -553,12 +662,16 @@ pub fn replay_observed(
                     if size != u64::MAX {
                         allocator.free(addr)?;
                         requested = requested.saturating_sub(size);
+                        replayed = Replayed::Free { slot, addr };
                     }
                     None
                 }
                 Step::Nothing => None,
             };
             if let Some((slot, size, got)) = allocated {
+                if observer.is_some() {
+                    replayed = allocated_as_replayed(step, streams, &got);
+                }
                 match got {
                     Ok(addr) => {
                         table[slot as usize] = (addr.unwrap_or(0), size);
@@ -575,6 +688,9 @@ pub fn replay_observed(
                     Err(e) => return Err(e),
                 }
             }
+            if let Some(o) = observer.as_mut() {
+                o.replayed(report.ops, replayed, allocator)?;
+            }
             report.ops += 1;
             if sample_every > 0
                 && (report.ops % sample_every as u64 == 0 || report.ops == steps.len() as u64)
@@ -586,7 +702,9 @@ pub fn replay_observed(
                     in_use: st.in_use,
                     requested,
                 };
-                on_sample(&sample);
+                if let Some(f) = on_sample.as_mut() {
+                    f(&sample);
+                }
                 samples.push(sample);
             }
         }
@@ -600,6 +718,39 @@ pub fn replay_observed(
         }
     }
     result.map(|()| (report, samples))
+}
+
+/// What an allocating `step` that got `got` did, for an observer.
+#[cold]
+fn allocated_as_replayed(
+    step: &Step,
+    streams: &TraceStreams,
+    got: &Result<Option<u64>>,
+) -> Replayed {
+    let addr = match got {
+        Ok(addr) => Some(addr.unwrap_or(0)),
+        Err(_) => None,
+    };
+    match *step {
+        Step::Alloc { slot, size, stream } => Replayed::Alloc {
+            slot,
+            size,
+            stream: match stream {
+                0 => 0,
+                i => streams.streams.get(i as usize - 1).map_or(0, |&(n, _)| n),
+            },
+            reserve: false,
+            addr,
+        },
+        Step::Reserve { slot, size } => Replayed::Alloc {
+            slot,
+            size,
+            stream: 0,
+            reserve: true,
+            addr,
+        },
+        _ => Replayed::Nothing,
+    }
 }
 
 /// A compiled stream index outside the table: `compile` never makes one.

@@ -1,0 +1,749 @@
+//! What an allocator's memory looked like at every operation of a replay, for the
+//! `cuda-arena replay --html` page: each allocation with its address, size and life, the
+//! regions with theirs, the free chunks a stream owns with theirs, and the bytes held
+//! wherever they change. State `k` is the allocator after the trace's first `k` operations.
+//!
+//! Allocations come from what the replay's calls returned, regions and held bytes from the
+//! allocator's own stats and memory log (read again whenever the bytes held change, which is
+//! how regions come and go). Free chunks are what a region's bytes outside the in-use chunks
+//! are; those a stream owns are followed between memory-log reads by a mirror of the memory
+//! log's chunks, which the replay checks against the allocator's memory log at evenly spaced
+//! states and at every state asked for ([`PictureOptions`]): a state where they differ is
+//! counted and the mirror is read again from the allocator.
+
+use super::{ReplayObserver, Replayed, TraceStreams};
+use crate::allocator::Allocator;
+use crate::error::Result;
+use crate::memory_log::MemoryLog;
+use crate::stream::StreamId;
+use std::collections::{BTreeMap, HashMap};
+
+/// One allocation (or reserve) of the trace, in trace order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AllocSpan {
+    /// The first state in which it is live (its operation's index + 1).
+    pub born: u64,
+    /// The first state in which it is no longer live; `None` while live at the end.
+    pub died: Option<u64>,
+    /// Where it went (0 when it failed or asked for 0 bytes).
+    pub addr: u64,
+    /// Bytes the allocator handed out for it (its chunk's size; 0 when it failed).
+    pub size: u64,
+    /// Bytes the trace asked for.
+    pub requested: u64,
+    /// Trace stream number, 0 for none.
+    pub stream: u32,
+    /// Whether it was a reserve.
+    pub reserve: bool,
+    /// Whether the allocator refused it for lack of memory (then `died == Some(born)`).
+    pub failed: bool,
+}
+
+/// One region (or mapped extent) over the states it existed in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RegionSpan {
+    /// The first state it is in.
+    pub born: u64,
+    /// The first state it is not in; `None` while there at the end.
+    pub died: Option<u64>,
+    /// The allocator's id for it.
+    pub id: u64,
+    /// First byte.
+    pub base: u64,
+    /// Bytes.
+    pub size: u64,
+}
+
+/// A free chunk that a stream owns (tagged with it), over the states it existed in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamFreeSpan {
+    /// The first state it is in.
+    pub born: u64,
+    /// The first state it is not in (taken, merged or split); `None` at the end.
+    pub died: Option<u64>,
+    /// First byte.
+    pub addr: u64,
+    /// Bytes.
+    pub size: u64,
+    /// The trace stream number that owns it.
+    pub stream: u32,
+}
+
+/// What [`PictureRecorder`] records beyond the allocations.
+#[derive(Debug, Clone, Default)]
+pub struct PictureOptions {
+    /// Follow regions and the free chunks streams own (an arena). Leave it off for an
+    /// allocator without regions (a memory pool).
+    pub layout: bool,
+    /// States to take the allocator's own memory log at (0 … the trace's length).
+    pub memory_logs_at: Vec<u64>,
+    /// Check the followed chunks against the allocator's memory log every so many states
+    /// (0: only at `memory_logs_at` and at the end).
+    pub check_every: u64,
+}
+
+/// The picture of one replay.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Picture {
+    /// Operations replayed: the last state.
+    pub ops: u64,
+    /// Every alloc and reserve, in trace order.
+    pub allocs: Vec<AllocSpan>,
+    /// Every region that existed (empty without `layout`).
+    pub regions: Vec<RegionSpan>,
+    /// Every free chunk a stream owned (empty without `layout`).
+    pub stream_free: Vec<StreamFreeSpan>,
+    /// `(state, bytes held)`: at state 0 and at every state where it changed.
+    pub held: Vec<(u64, u64)>,
+    /// The most bytes held.
+    pub peak_held: u64,
+    /// The first state that held them.
+    pub peak_held_at: u64,
+    /// The allocator's memory log at each state asked for, streams given as trace stream
+    /// numbers, by state.
+    pub memory_logs: Vec<(u64, MemoryLog)>,
+    /// How many times the followed chunks were checked against the memory log.
+    pub checks: u64,
+    /// States where they differed (then they were read again from the allocator).
+    pub mismatches: Vec<u64>,
+}
+
+/// A chunk of the mirror.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Chunk {
+    size: u64,
+    in_use: bool,
+    /// The allocator's stream id it is tagged with (0: none).
+    tag: StreamId,
+    region: u64,
+    born: u64,
+}
+
+/// Records a [`Picture`] as a [`ReplayObserver`] of a replay; [`PictureRecorder::finish`]
+/// gives it.
+#[derive(Debug)]
+pub struct PictureRecorder {
+    options: PictureOptions,
+    picture: Picture,
+    /// Trace stream number → the allocator's stream id, and back.
+    ids: HashMap<u32, StreamId>,
+    numbers: HashMap<StreamId, u32>,
+    /// The record of the allocation in each live slot.
+    slots: Vec<usize>,
+    /// Chunks by address, while following regions.
+    chunks: BTreeMap<u64, Chunk>,
+    /// Open regions: index into `picture.regions`.
+    open_regions: Vec<usize>,
+    /// What the last stats read said: bytes held, extensions, shrinkages.
+    last: (u64, u64, u64),
+}
+
+impl PictureRecorder {
+    /// A recorder that records what `options` asks for.
+    pub fn new(mut options: PictureOptions) -> Self {
+        options.memory_logs_at.sort_unstable();
+        options.memory_logs_at.dedup();
+        PictureRecorder {
+            options,
+            picture: Picture::default(),
+            ids: HashMap::new(),
+            numbers: HashMap::new(),
+            slots: Vec::new(),
+            chunks: BTreeMap::new(),
+            open_regions: Vec::new(),
+            last: (0, 0, 0),
+        }
+    }
+
+    /// The picture, once the replay is done.
+    pub fn finish(mut self) -> Picture {
+        // Free chunks a stream still owns at the end.
+        for (&addr, c) in &self.chunks {
+            if !c.in_use && c.tag != 0 {
+                self.picture.stream_free.push(StreamFreeSpan {
+                    born: c.born,
+                    died: None,
+                    addr,
+                    size: c.size,
+                    stream: self.numbers.get(&c.tag).copied().unwrap_or(u32::MAX),
+                });
+            }
+        }
+        self.picture
+    }
+
+    fn number(&self, tag: StreamId) -> u32 {
+        // A tag the replay's streams did not make cannot occur; u32::MAX marks one anyway.
+        self.numbers.get(&tag).copied().unwrap_or(u32::MAX)
+    }
+
+    /// Whether the bytes held or the regions changed since the last look.
+    fn regions_changed(&self, allocator: &dyn Allocator) -> (bool, (u64, u64, u64)) {
+        let st = allocator.stats();
+        let now = (
+            st.total_allocated,
+            st.num_arena_extensions,
+            st.num_arena_shrinkages,
+        );
+        (now != self.last, now)
+    }
+
+    /// After state `state`: bytes held, regions and logs. `changed` and `now` are what
+    /// [`Self::regions_changed`] said.
+    fn observe(
+        &mut self,
+        state: u64,
+        changed: bool,
+        now: (u64, u64, u64),
+        allocator: &dyn Allocator,
+    ) {
+        if state == 0 || now.0 != self.last.0 {
+            self.picture.held.push((state, now.0));
+            if now.0 > self.picture.peak_held || state == 0 {
+                self.picture.peak_held = now.0;
+                self.picture.peak_held_at = state;
+            }
+        }
+        let changed = state == 0 || changed;
+        self.last = now;
+        let wanted = self.options.memory_logs_at.binary_search(&state).is_ok();
+        let check = self.options.layout
+            && !changed
+            && (wanted
+                || (self.options.check_every > 0
+                    && state.is_multiple_of(self.options.check_every)));
+        if !(wanted || check || (self.options.layout && changed)) {
+            return;
+        }
+        let log = allocator.memory_log();
+        if self.options.layout {
+            if check {
+                self.picture.checks += 1;
+                if !self.matches(&log) {
+                    self.picture.mismatches.push(state);
+                    self.resync(state, &log);
+                }
+            } else {
+                self.resync(state, &log);
+            }
+        }
+        if wanted {
+            let mut log = log;
+            for c in log.regions.iter_mut().flat_map(|r| r.chunks.iter_mut()) {
+                c.stream = c.stream.map(|s| u64::from(self.number(s)));
+            }
+            self.picture.memory_logs.push((state, log));
+        }
+    }
+
+    /// Whether the mirror is what `log` says.
+    fn matches(&self, log: &MemoryLog) -> bool {
+        let regions = self
+            .open_regions
+            .iter()
+            .map(|&i| &self.picture.regions[i])
+            .map(|r| (r.id, r.base, r.size));
+        if !regions.eq(log.regions.iter().map(|r| (r.id, r.base, r.size))) {
+            return false;
+        }
+        let ours = self
+            .chunks
+            .iter()
+            .map(|(&addr, c)| (addr, c.size, c.in_use, c.tag, c.region));
+        let theirs = log.regions.iter().flat_map(|r| {
+            r.chunks
+                .iter()
+                .map(move |c| (c.addr, c.size, c.in_use, c.stream.unwrap_or(0), r.id))
+        });
+        ours.eq(theirs)
+    }
+
+    /// Takes regions and chunks from `log` at `state`, keeping the records of those that
+    /// did not change.
+    fn resync(&mut self, state: u64, log: &MemoryLog) {
+        let mut open = Vec::with_capacity(log.regions.len());
+        let mut still = vec![false; self.open_regions.len()];
+        for r in &log.regions {
+            let same = self.open_regions.iter().position(|&i| {
+                let o = &self.picture.regions[i];
+                (o.id, o.base, o.size) == (r.id, r.base, r.size)
+            });
+            match same {
+                Some(k) => {
+                    still[k] = true;
+                    open.push(self.open_regions[k]);
+                }
+                None => {
+                    open.push(self.picture.regions.len());
+                    self.picture.regions.push(RegionSpan {
+                        born: state,
+                        died: None,
+                        id: r.id,
+                        base: r.base,
+                        size: r.size,
+                    });
+                }
+            }
+        }
+        for (k, &i) in self.open_regions.iter().enumerate() {
+            if !still[k] {
+                self.picture.regions[i].died = Some(state);
+            }
+        }
+        self.open_regions = open;
+        let mut old = std::mem::take(&mut self.chunks);
+        for r in &log.regions {
+            for c in &r.chunks {
+                let mut chunk = Chunk {
+                    size: c.size,
+                    in_use: c.in_use,
+                    tag: c.stream.unwrap_or(0),
+                    region: r.id,
+                    born: state,
+                };
+                if let Some(o) = old.remove(&c.addr) {
+                    if (Chunk {
+                        born: o.born,
+                        ..chunk
+                    }) == o
+                    {
+                        chunk.born = o.born;
+                    } else {
+                        self.ended(c.addr, &o, state);
+                    }
+                }
+                self.chunks.insert(c.addr, chunk);
+            }
+        }
+        for (addr, o) in old {
+            self.ended(addr, &o, state);
+        }
+    }
+
+    /// Chunk `c` at `addr` is gone at `state`: a free one a stream owned is recorded.
+    fn ended(&mut self, addr: u64, c: &Chunk, state: u64) {
+        if !c.in_use && c.tag != 0 {
+            self.picture.stream_free.push(StreamFreeSpan {
+                born: c.born,
+                died: Some(state),
+                addr,
+                size: c.size,
+                stream: self.number(c.tag),
+            });
+        }
+    }
+
+    /// The chunk at `addr` of `size` bytes was handed out on stream `tag` (0: none). False
+    /// when the mirror has no free chunk there that holds it.
+    fn taken(&mut self, addr: u64, size: u64, tag: StreamId, state: u64) -> bool {
+        let Some((&base, &free)) = self.chunks.range(..=addr).next_back() else {
+            return false;
+        };
+        if free.in_use || base + free.size < addr + size {
+            return false;
+        }
+        self.chunks.remove(&base);
+        self.ended(base, &free, state);
+        let rest = |size| Chunk {
+            size,
+            in_use: false,
+            born: state,
+            ..free
+        };
+        if addr > base {
+            self.chunks.insert(base, rest(addr - base));
+        }
+        let end = addr + size;
+        if end < base + free.size {
+            self.chunks.insert(end, rest(base + free.size - end));
+        }
+        // As the arena does: a chunk taken without a stream keeps its tag.
+        let tag = if tag != 0 { tag } else { free.tag };
+        self.chunks.insert(
+            addr,
+            Chunk {
+                size,
+                in_use: true,
+                tag,
+                region: free.region,
+                born: state,
+            },
+        );
+        true
+    }
+
+    /// The in-use chunk at `addr` was freed: it merges with free neighbours of its region
+    /// and stream. False when the mirror has no in-use chunk there.
+    fn released(&mut self, addr: u64, state: u64) -> bool {
+        let Some(mut c) = self.chunks.get(&addr).copied().filter(|c| c.in_use) else {
+            return false;
+        };
+        c.in_use = false;
+        c.born = state;
+        let mut start = addr;
+        let mergeable = |o: &Chunk| !o.in_use && o.tag == c.tag && o.region == c.region;
+        if let Some(next) = self.chunks.get(&(addr + c.size)).copied() {
+            if mergeable(&next) {
+                self.chunks.remove(&(addr + c.size));
+                self.ended(addr + c.size, &next, state);
+                c.size += next.size;
+            }
+        }
+        if let Some((&p, &prev)) = self.chunks.range(..addr).next_back() {
+            if p + prev.size == addr && mergeable(&prev) {
+                self.chunks.remove(&p);
+                self.ended(p, &prev, state);
+                start = p;
+                c.size += prev.size;
+            }
+        }
+        self.chunks.remove(&addr);
+        self.chunks.insert(start, c);
+        true
+    }
+}
+
+impl ReplayObserver for PictureRecorder {
+    fn start(&mut self, allocator: &dyn Allocator, streams: &TraceStreams) -> Result<()> {
+        for &(number, ref stream) in &streams.streams {
+            self.ids.insert(number, stream.id());
+            self.numbers.insert(stream.id(), number);
+        }
+        let (changed, now) = self.regions_changed(allocator);
+        self.observe(0, changed, now, allocator);
+        Ok(())
+    }
+
+    fn replayed(&mut self, index: u64, what: Replayed, allocator: &dyn Allocator) -> Result<()> {
+        let state = index + 1;
+        // When regions came or went, the mirror is read again from the allocator below
+        // rather than moved.
+        let (changed, now) = self.regions_changed(allocator);
+        let follow = self.options.layout && !changed;
+        let mut lost = false;
+        match what {
+            Replayed::Alloc {
+                slot,
+                size,
+                stream,
+                reserve,
+                addr,
+            } => {
+                let record = self.picture.allocs.len();
+                let failed = addr.is_none();
+                let addr = addr.unwrap_or(0);
+                let chunk = match addr {
+                    0 => 0,
+                    a => allocator.allocated_size(a)?,
+                };
+                self.picture.allocs.push(AllocSpan {
+                    born: state,
+                    died: failed.then_some(state),
+                    addr,
+                    size: chunk,
+                    requested: size,
+                    stream,
+                    reserve,
+                    failed,
+                });
+                let slot = slot as usize;
+                if self.slots.len() <= slot {
+                    self.slots.resize(slot + 1, usize::MAX);
+                }
+                self.slots[slot] = record;
+                if follow && chunk > 0 && !reserve {
+                    let tag = self.ids.get(&stream).copied().unwrap_or(0);
+                    lost = !self.taken(addr, chunk, tag, state);
+                }
+            }
+            Replayed::Free { slot, addr } => {
+                if let Some(a) = self
+                    .slots
+                    .get(slot as usize)
+                    .and_then(|&i| self.picture.allocs.get_mut(i))
+                {
+                    a.died = Some(state);
+                    if follow && a.size > 0 && !a.reserve {
+                        lost = !self.released(addr, state);
+                    }
+                }
+            }
+            Replayed::Nothing => {}
+        }
+        if lost {
+            // The mirror lost track: read it again from the allocator.
+            self.picture.mismatches.push(state);
+            let log = allocator.memory_log();
+            self.resync(state, &log);
+        }
+        self.picture.ops = state;
+        self.observe(state, changed, now, allocator);
+        Ok(())
+    }
+}
+
+impl Picture {
+    /// The regions' chunks at `state` as the picture has them, as `(region id, addr, size,
+    /// in use, stream)`: in-use chunks from the allocations, free chunks a stream owns from
+    /// theirs, and every other byte of a region free and owned by none. For tests and the
+    /// page's reader.
+    pub fn chunks_at(&self, state: u64) -> Vec<(u64, u64, u64, bool, u32)> {
+        let live = |born: u64, died: Option<u64>| born <= state && died.is_none_or(|d| state < d);
+        let mut taken: Vec<(u64, u64, bool, u32)> = self
+            .allocs
+            .iter()
+            .filter(|a| live(a.born, a.died) && a.size > 0 && !a.reserve)
+            .map(|a| (a.addr, a.size, true, a.stream))
+            .chain(
+                self.stream_free
+                    .iter()
+                    .filter(|f| live(f.born, f.died))
+                    .map(|f| (f.addr, f.size, false, f.stream)),
+            )
+            .collect();
+        taken.sort_unstable();
+        let mut regions: Vec<&RegionSpan> = self
+            .regions
+            .iter()
+            .filter(|r| live(r.born, r.died))
+            .collect();
+        regions.sort_unstable_by_key(|r| r.base);
+        let mut out = Vec::new();
+        let mut next = taken.iter().peekable();
+        for r in regions {
+            let mut at = r.base;
+            while let Some(&&(addr, size, in_use, stream)) = next.peek() {
+                if addr >= r.base + r.size {
+                    break;
+                }
+                next.next();
+                if addr > at {
+                    out.push((r.id, at, addr - at, false, 0));
+                }
+                out.push((r.id, addr, size, in_use, stream));
+                at = addr + size;
+            }
+            if at < r.base + r.size {
+                out.push((r.id, at, r.base + r.size - at, false, 0));
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::{mixed_trace, replay_with, ReplayOptions, TraceOp};
+    use crate::{Arena, ArenaConfig, Stream, VirtualAllocator};
+
+    fn arena(pairs: &[(&str, &str)]) -> Arena<VirtualAllocator> {
+        let config = ArenaConfig::from_pairs(pairs.iter().map(|&(k, v)| (k, v))).expect("config");
+        Arena::new(VirtualAllocator::default(), config).expect("arena")
+    }
+
+    /// The memory log's chunks at the moment, as `chunks_at` gives them.
+    fn log_chunks(log: &MemoryLog) -> Vec<(u64, u64, u64, bool, u32)> {
+        log.regions
+            .iter()
+            .flat_map(|r| {
+                r.chunks.iter().map(move |c| {
+                    let stream = c.stream.map_or(0, |s| s as u32);
+                    (r.id, c.addr, c.size, c.in_use, stream)
+                })
+            })
+            .collect()
+    }
+
+    /// Replays `trace` on `streams` streams with a picture whose memory logs are taken at
+    /// every state; returns the picture.
+    fn pictured(a: &dyn Allocator, trace: &[TraceOp], streams: usize) -> Picture {
+        let streams: Vec<Stream> = (0..streams).map(|_| Stream::new()).collect();
+        let mut rec = PictureRecorder::new(PictureOptions {
+            layout: true,
+            memory_logs_at: (0..=trace.len() as u64).collect(),
+            check_every: 1,
+        });
+        replay_with(
+            a,
+            trace,
+            &TraceStreams::numbered(&streams),
+            ReplayOptions {
+                observer: Some(&mut rec),
+                ..ReplayOptions::default()
+            },
+        )
+        .expect("replays");
+        rec.finish()
+    }
+
+    /// A trace on `streams` streams (0: none): sizes 1 KiB … 4 MiB, every allocation on a
+    /// random stream or none.
+    fn streamed_trace(ops: usize, streams: u32, seed: u64) -> Vec<TraceOp> {
+        let mut rng = crate::trace::TraceRng::new(seed ^ 77);
+        mixed_trace(ops, 1 << 10, 4 << 20, 60, seed)
+            .into_iter()
+            .map(|op| match op {
+                TraceOp::Alloc { id, size, .. } if streams > 0 => TraceOp::Alloc {
+                    id,
+                    size,
+                    stream: rng.below(u64::from(streams) + 1) as u32,
+                },
+                other => other,
+            })
+            .collect()
+    }
+
+    fn assert_every_state_matches_the_memory_log(p: &Picture) {
+        assert!(!p.memory_logs.is_empty());
+        for (state, log) in &p.memory_logs {
+            assert_eq!(
+                p.chunks_at(*state),
+                log_chunks(log),
+                "chunks at state {state}"
+            );
+        }
+        assert_eq!(p.mismatches, Vec::<u64>::new());
+    }
+
+    #[test]
+    fn the_pictured_chunks_are_the_memory_log_at_every_state_without_streams() {
+        let a = arena(&[]);
+        let p = pictured(&a, &streamed_trace(3000, 0, 1), 0);
+        assert_every_state_matches_the_memory_log(&p);
+    }
+
+    #[test]
+    fn the_pictured_chunks_are_the_memory_log_at_every_state_with_streams() {
+        for seed in 1..4 {
+            let a = arena(&[("arena.extend_strategy", "1")]);
+            let p = pictured(&a, &streamed_trace(3000, 3, seed), 3);
+            assert!(
+                !p.stream_free.is_empty(),
+                "streams own free chunks (seed {seed})"
+            );
+            assert_every_state_matches_the_memory_log(&p);
+        }
+    }
+
+    #[test]
+    fn the_pictured_chunks_follow_regions_released_when_memory_runs_out() {
+        // A budget of 24 MiB makes allocations fail, and failing ones release idle regions
+        // (DESIGN decision 7) before the arena grows again.
+        let a = arena(&[
+            ("arena.max_mem", &(24u64 << 20).to_string()),
+            ("arena.extend_strategy", "1"),
+        ]);
+        let p = pictured(&a, &streamed_trace(3000, 2, 9), 2);
+        assert!(p.allocs.iter().any(|x| x.failed), "some allocations fail");
+        assert!(
+            p.regions.iter().any(|r| r.died.is_some()),
+            "some regions are released"
+        );
+        assert_every_state_matches_the_memory_log(&p);
+    }
+
+    #[test]
+    fn held_bytes_and_their_peak_are_the_stats_at_every_state() {
+        let a = arena(&[("arena.extend_strategy", "1")]);
+        let trace = streamed_trace(2000, 0, 5);
+        let p = pictured(&a, &trace, 0);
+        let mut peak = (0, 0);
+        for (state, log) in &p.memory_logs {
+            let held = p
+                .held
+                .iter()
+                .take_while(|(s, _)| s <= state)
+                .last()
+                .map(|&(_, h)| h);
+            assert_eq!(held, Some(log.stats.total_allocated), "state {state}");
+            if log.stats.total_allocated > peak.0 {
+                peak = (log.stats.total_allocated, *state);
+            }
+        }
+        assert_eq!((p.peak_held, p.peak_held_at), peak);
+    }
+
+    #[test]
+    fn live_allocations_add_up_to_the_bytes_in_use_and_requested_at_every_state() {
+        let a = arena(&[]);
+        let mut trace = streamed_trace(2000, 0, 6);
+        trace.insert(
+            10,
+            TraceOp::Reserve {
+                id: 1 << 40,
+                size: 3 << 20,
+            },
+        );
+        trace.insert(900, TraceOp::Free { id: 1 << 40 });
+        let p = pictured(&a, &trace, 0);
+        for (state, log) in &p.memory_logs {
+            let live = p
+                .allocs
+                .iter()
+                .filter(|x| x.born <= *state && x.died.is_none_or(|d| *state < d));
+            let (size, requested) = live.fold((0, 0), |(s, r), x| (s + x.size, r + x.requested));
+            assert_eq!(size, log.stats.in_use, "in use at state {state}");
+            assert_eq!(
+                requested, log.stats.requested_in_use,
+                "requested at state {state}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_allocation_records_its_life_address_size_and_stream() {
+        let a = arena(&[]);
+        let trace = [
+            TraceOp::Alloc {
+                id: 1,
+                size: 1000,
+                stream: 0,
+            },
+            TraceOp::Alloc {
+                id: 2,
+                size: 3000,
+                stream: 2,
+            },
+            TraceOp::Free { id: 1 },
+            TraceOp::Free { id: 2 },
+        ];
+        let p = pictured(&a, &trace, 2);
+        let second = p.allocs[1];
+        assert_eq!(
+            (second.born, second.died, second.requested, second.stream),
+            (2, Some(4), 3000, 2)
+        );
+        let (_, log) = &p.memory_logs[2];
+        let chunk = log
+            .regions
+            .iter()
+            .flat_map(|r| &r.chunks)
+            .find(|c| c.in_use && c.requested_size == 3000)
+            .expect("the second allocation's chunk");
+        assert_eq!((second.addr, second.size), (chunk.addr, chunk.size));
+        assert_eq!(
+            chunk.stream,
+            Some(2),
+            "the log names the trace's stream number"
+        );
+    }
+
+    #[test]
+    fn a_failed_allocation_is_recorded_as_failed_and_never_live() {
+        let a = arena(&[("arena.max_mem", &(4u64 << 20).to_string())]);
+        let trace = [
+            TraceOp::Alloc {
+                id: 1,
+                size: 8 << 20,
+                stream: 0,
+            },
+            TraceOp::Free { id: 1 },
+        ];
+        let p = pictured(&a, &trace, 0);
+        assert_eq!(
+            (p.allocs[0].failed, p.allocs[0].born, p.allocs[0].died),
+            (true, 1, Some(1))
+        );
+    }
+}
