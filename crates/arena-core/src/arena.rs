@@ -11,6 +11,14 @@
 //! driver call); an allocation that finds no chunk lets go of the lock, records and queries the
 //! other host streams' events (`stream_events.rs`) and searches again, and on the way to out of
 //! memory waits for those events before failing. No event call happens under the lock.
+//!
+//! Virtual-memory mode (`arena.use_virtual_memory`, [`Arena::with_virtual_memory`]): the
+//! regions are reserved address ranges rather than raw allocations, and pages of them are
+//! mapped when a chunk first needs them; the page policy lives in `arena/vm.rs`, the page
+//! bits in `pages.rs`. Unmapped free memory is kept out of the bins, so allocating from and
+//! freeing to mapped memory are the region mode's paths, unchanged.
+
+mod vm;
 
 use crate::addr_map::{AddrMap, AddrTable};
 use crate::allocator::{out_of_range, range_inside, Allocator};
@@ -22,7 +30,7 @@ use crate::free_list::{FreeBins, NIL};
 use crate::lock::ArenaLock;
 use crate::memory_info::MemoryInfo;
 use crate::memory_log::{BinLog, ChunkLog, MemoryLog, RegionLog, ReserveLog};
-use crate::raw::RawAllocator;
+use crate::raw::{RawAllocator, VirtualMemory};
 use crate::region::{Region, RegionSet};
 use crate::stats::AllocatorStats;
 use crate::stream::{Clock, Stream, StreamId, StreamUser};
@@ -49,6 +57,12 @@ enum Miss {
     Wait(Vec<Arc<FreeEvents>>, Waited),
 }
 
+/// Where the bytes of a live allocation are, for copies.
+enum Memory<'a, R> {
+    Raw(&'a R),
+    Vm(&'a dyn VirtualMemory),
+}
+
 /// ORT's back-off: a refused region is retried at 90% of its size (single precision, as ORT
 /// computes it) until it would be smaller than the request or than this many bytes.
 const BACKOFF_FACTOR: f32 = 0.9;
@@ -58,7 +72,14 @@ const BACKOFF_MIN_BYTES: u64 = 8192;
 #[derive(Debug)]
 pub struct Arena<R: RawAllocator> {
     raw: R,
+    /// Virtual-memory mode: where the chunks' memory comes from (reserves still come from
+    /// `raw`). `None`: regions are raw allocations.
+    vm: Option<Arc<dyn VirtualMemory>>,
     config: ArenaConfig,
+    /// A free chunk handed out is cut when the rest would waste at least this many bytes:
+    /// `max_dead_bytes_per_chunk` (ORT's rule), or 256 in virtual-memory mode, where waste
+    /// inside a chunk holds mapped pages.
+    split_waste: u64,
     stream_aware: bool,
     state: Arc<ArenaLock<State>>,
 }
@@ -86,6 +107,17 @@ struct State {
     /// that allocated here and has not been reset or released since. A free chunk tagged with
     /// one carries, as its sync id, the mark its last free took on that stream.
     hosted: Hosted,
+    /// Virtual-memory mode: the mapped pages of the ranges (the regions) and the policy.
+    pages: Option<Box<vm::Paged>>,
+    /// High-water mark of chunk bytes in use (reserves not counted) since the last shrink:
+    /// virtual-memory mode maps past it by at most `arena.vm_peak_headroom_percent`.
+    peak_chunk_bytes: u64,
+    /// Virtual-memory mode: a free chunk of no stream merges with a free neighbour of a
+    /// stream, which then covers both. Otherwise the no-stream rest of every chunk a stream
+    /// cut from fresh memory stays apart from it when it is freed, and the pages both touch
+    /// can be neither reused whole nor unmapped. (The region mode keeps ORT's rule: only
+    /// chunks of one stream merge.)
+    absorb_unassigned: bool,
 }
 
 impl<R: RawAllocator> Arena<R> {
@@ -105,13 +137,46 @@ impl<R: RawAllocator> Arena<R> {
             next_alloc_id: 1,
             retired: false,
             hosted: Vec::new(),
+            pages: None,
+            peak_chunk_bytes: 0,
+            absorb_unassigned: false,
         };
         Ok(Arena {
             raw,
+            vm: None,
+            split_waste: config.max_dead_bytes_per_chunk,
             config,
             stream_aware: true,
             state: Arc::new(ArenaLock::new(state)),
         })
+    }
+
+    /// An arena in virtual-memory mode (DESIGN, "Virtual-memory mode"): its chunks live in
+    /// address ranges reserved from `vm`, whose pages are mapped when a chunk first needs
+    /// them and unmapped when wholly free under `config`'s `arena.vm_*` policy; reserves come
+    /// from `raw`. `arena.use_virtual_memory` itself is not consulted: this constructor is
+    /// the choice. A page size that is not a multiple of `vm`'s granularity is
+    /// `ERR_ARENA_INVALID_CONFIG`. Takes no memory until the first allocation.
+    pub fn with_virtual_memory(
+        raw: R,
+        vm: Arc<dyn VirtualMemory>,
+        config: ArenaConfig,
+    ) -> Result<Self> {
+        let mut arena = Self::new(raw, config)?;
+        let paged = vm::Paged::new(&*vm, &arena.config)?;
+        {
+            let mut st = arena.state.lock();
+            st.pages = Some(Box::new(paged));
+            st.absorb_unassigned = true;
+        }
+        arena.vm = Some(vm);
+        arena.split_waste = MIN_ALLOCATION_SIZE;
+        Ok(arena)
+    }
+
+    /// The virtual-memory form the arena maps its pages from, in virtual-memory mode.
+    pub fn virtual_memory(&self) -> Option<&Arc<dyn VirtualMemory>> {
+        self.vm.as_ref()
     }
 
     /// The same arena without `alloc_on_stream` (ORT's pinned arena).
@@ -192,14 +257,7 @@ impl<R: RawAllocator> Arena<R> {
                 }
             };
             let sync_id = clock.as_deref().map_or(0, Clock::sync_id);
-            let addr = st.take(
-                id,
-                rounded,
-                size,
-                consumer,
-                sync_id,
-                self.config.max_dead_bytes_per_chunk,
-            );
+            let addr = st.take(id, rounded, size, consumer, sync_id, self.split_waste);
             // The chunk is tagged with the stream now: the stream must tell us when it goes.
             if let Some(clock) = clock.as_mut() {
                 clock.register_user(&self.state);
@@ -258,7 +316,10 @@ impl<R: RawAllocator> Arena<R> {
         clock: Option<&Clock>,
     ) -> Result<u32> {
         st.check_live()?;
-        st.with_release_retry(&self.raw, &self.config, |st| {
+        if let Some(vm) = &self.vm {
+            return st.vm_grow_and_find(&**vm, &self.config, rounded, size, consumer, clock);
+        }
+        st.with_release_retry(&self.raw, None, &self.config, |st| {
             st.try_extend(&self.raw, &self.config, rounded, size)
         })?;
         st.find(rounded, consumer, clock)
@@ -281,15 +342,22 @@ impl<R: RawAllocator> Arena<R> {
         Err(ArenaError::unknown_pointer(addr, st.describe_unknown(addr)))
     }
 
-    /// Runs `op` with the lock held once `[addr, addr+len)` is known to lie inside one live
-    /// allocation (its requested size), so no free can race the copy.
-    fn in_range<T>(&self, addr: u64, len: u64, op: impl FnOnce(&R) -> Result<T>) -> Result<T> {
+    /// Runs `op` on the memory behind `[addr, addr+len)` with the lock held once the range
+    /// is known to lie inside one live allocation (its requested size), so no free can race
+    /// the copy: the raw allocator for a reserve or a region's chunk, the virtual-memory form
+    /// for a chunk in virtual-memory mode.
+    fn in_range<T>(
+        &self,
+        addr: u64,
+        len: u64,
+        op: impl FnOnce(Memory<'_, R>) -> Result<T>,
+    ) -> Result<T> {
         let st = self.state.lock();
         st.check_live()?;
-        if st.contains_range(addr, len) {
-            op(&self.raw)
-        } else {
-            Err(out_of_range(addr, len, "this allocator"))
+        match (st.contains_range(addr, len), &self.vm) {
+            (Some(false), Some(vm)) => op(Memory::Vm(&**vm)),
+            (Some(_), _) => op(Memory::Raw(&self.raw)),
+            (None, _) => Err(out_of_range(addr, len, "this allocator")),
         }
     }
 
@@ -298,8 +366,22 @@ impl<R: RawAllocator> Arena<R> {
     /// free chunks of one stream left unmerged, and every stat equal to what the chunks and
     /// reserves add up to. O(chunks); for tests and debugging. Returns the first fault.
     pub fn check_invariants(&self) -> std::result::Result<(), String> {
-        self.state.lock().check(&self.raw)
+        self.state.lock().check(&self.raw, self.vm.as_deref())
     }
+}
+
+/// Whether free chunk `c` may go to stream `consumer` (0: no stream). ORT's rule: the
+/// consumer's own chunk, an unassigned one, or one whose stream the consumer has waited on
+/// since the chunk was handed out there; for a host stream with events, one whose free that
+/// stream's work is known past.
+#[inline(always)]
+fn reusable(c: &Chunk, consumer: StreamId, hosted: &Hosted, clock: Option<&Clock>) -> bool {
+    c.stream == consumer
+        || c.stream == 0
+        || match hosted.binary_search_by_key(&c.stream, |e| e.0) {
+            Ok(i) => hosted[i].1.is_complete(c.sync_id),
+            Err(_) => clock.is_some_and(|cl| c.sync_id < cl.last_wait(c.stream)),
+        }
 }
 
 impl StreamUser for ArenaLock<State> {
@@ -321,14 +403,20 @@ impl State {
         Ok(())
     }
 
-    /// Hands every region and reserve back to `raw` and empties the arena for good. Returns
-    /// the host streams' events it held, for the caller to drop once the lock is released.
+    /// Hands every region (or mapped page and range) and reserve back and empties the arena
+    /// for good. Returns the host streams' events it held, for the caller to drop once the
+    /// lock is released.
     #[must_use]
-    fn retire<R: RawAllocator>(&mut self, raw: &R) -> Hosted {
+    fn retire<R: RawAllocator>(&mut self, raw: &R, vm: Option<&dyn VirtualMemory>) -> Hosted {
         // Nothing can be reported here (retire and drop cannot fail); the raw allocator's
         // counters show what came back.
-        for (_, r) in self.regions.iter() {
-            let _ = raw.free(r.base, r.size);
+        match (self.pages.is_some(), vm) {
+            (true, Some(vm)) => self.vm_retire(vm),
+            _ => {
+                for (_, r) in self.regions.iter() {
+                    let _ = raw.free(r.base, r.size);
+                }
+            }
         }
         for (&addr, &size) in self.reserves.iter() {
             let _ = raw.free(addr, size);
@@ -344,6 +432,7 @@ impl State {
             ..AllocatorStats::default()
         };
         self.retired = true;
+        self.peak_chunk_bytes = 0;
         std::mem::take(&mut self.hosted)
     }
 
@@ -379,25 +468,20 @@ impl State {
         }
     }
 
-    /// The best free chunk for `rounded` bytes that stream `consumer` may use (0: no stream).
+    /// The best free chunk for `rounded` bytes that stream `consumer` may use (0: no stream);
+    /// in virtual-memory mode, one of the pool (range) that serves its size.
     #[inline]
     fn find(&self, rounded: u64, consumer: StreamId, clock: Option<&Clock>) -> Option<u32> {
         let chunks = &self.chunks;
         let hosted = &self.hosted;
+        let pool = self.pages.as_deref().map(|p| p.pool_filter(rounded));
         self.bins.best_fit(
             rounded,
             #[inline(always)]
             |id| {
                 let c = chunks.get(id);
-                // ORT's rule: the consumer's own chunk, an unassigned one, or one whose stream
-                // the consumer has waited on since the chunk was handed out there; for a host
-                // stream with events, one whose free that stream's work is known past.
-                c.stream == consumer || c.stream == 0 || {
-                    match hosted.binary_search_by_key(&c.stream, |e| e.0) {
-                        Ok(i) => hosted[i].1.is_complete(c.sync_id),
-                        Err(_) => clock.is_some_and(|cl| c.sync_id < cl.last_wait(c.stream)),
-                    }
-                }
+                reusable(c, consumer, hosted, clock)
+                    && pool.is_none_or(|(pages, want)| pages.pool(c.region) == want)
             },
         )
     }
@@ -434,6 +518,9 @@ impl State {
         let (addr, chunk_size) = (c.addr, c.size);
         self.live.insert(addr, id);
         self.stats.add_in_use(chunk_size, size);
+        self.peak_chunk_bytes = self
+            .peak_chunk_bytes
+            .max(self.stats.in_use - self.stats.reserved_bytes);
         addr
     }
 
@@ -495,11 +582,18 @@ impl State {
         }
     }
 
-    /// Whether adjacent chunks `a` (lower) and `b` are both free and of one stream.
+    /// Whether adjacent chunks `a` (lower) and `b` are both free and of one stream (in
+    /// virtual-memory mode, or one of them of no stream: see `absorb_unassigned`).
     #[inline]
     fn mergeable(&self, a: u32, b: u32) -> bool {
         let (a, b) = (self.chunks.get(a), self.chunks.get(b));
-        !a.in_use && !b.in_use && a.stream == b.stream
+        !a.in_use
+            && !b.in_use
+            && (a.stream == b.stream
+                || self.absorb_unassigned
+                    && (a.stream == 0 || b.stream == 0)
+                    && a.stream != vm::UNMAPPED
+                    && b.stream != vm::UNMAPPED)
     }
 
     /// Absorbs chunk `b` into the chunk `a` just below it. `b` must not be in a bin; `a`'s
@@ -511,23 +605,29 @@ impl State {
         ac.size += bc.size;
         ac.next = bc.next;
         ac.sync_id = ac.sync_id.max(bc.sync_id);
+        if ac.stream == 0 {
+            // Free memory of no stream joining a stream's (virtual-memory mode) is that
+            // stream's now: a stricter rule for it, never a looser one.
+            ac.stream = bc.stream;
+        }
         if bc.next != NIL {
             self.chunks.get_mut(bc.next).prev = a;
         }
         self.chunks.remove(b);
     }
 
-    /// Runs `op`; if it runs out of memory, releases wholly free regions and, if that freed
-    /// any, runs it once more (DESIGN decision 7).
+    /// Runs `op`; if it runs out of memory, releases wholly free regions (or pages) and, if
+    /// that freed any, runs it once more (DESIGN decision 7).
     fn with_release_retry<T, R: RawAllocator>(
         &mut self,
         raw: &R,
+        vm: Option<&dyn VirtualMemory>,
         config: &ArenaConfig,
         mut op: impl FnMut(&mut State) -> Result<T>,
     ) -> Result<T> {
         match op(self) {
             Err(e @ ArenaError::OutOfMemory { .. }) => {
-                if self.release_idle_regions(raw).0 == 0 {
+                if self.release_idle_regions(raw, vm).0 == 0 {
                     return Err(e);
                 }
                 self.reset_growth(config);
@@ -600,6 +700,14 @@ impl State {
     }
 
     fn add_region(&mut self, base: u64, size: u64) {
+        self.insert_region(base, size);
+        self.stats.total_allocated += size;
+        self.stats.num_arena_extensions += 1;
+    }
+
+    /// A region `[base, base + size)` tiled by one free chunk; returns its slot. Counts
+    /// nothing: a raw region counts as held, a reserved range does not.
+    fn insert_region(&mut self, base: u64, size: u64) -> u32 {
         let region = Region {
             id: self.next_region_id,
             base,
@@ -623,13 +731,21 @@ impl State {
         let id = self.chunks.insert(chunk);
         self.regions.get_mut(slot).first_chunk = id;
         self.bins.insert(id, size, base);
-        self.stats.total_allocated += size;
-        self.stats.num_arena_extensions += 1;
+        slot
     }
 
-    /// Returns every region with no chunk in use to the raw allocator. Returns how many were
-    /// released and the first raw error (its region is kept intact).
-    fn release_idle_regions<R: RawAllocator>(&mut self, raw: &R) -> (usize, Option<ArenaError>) {
+    /// Returns every region with no chunk in use to the raw allocator (in virtual-memory
+    /// mode: unmaps every wholly free page and gives back the ranges with nothing in use).
+    /// Returns how many were released (runs of pages unmapped) and the first error (its
+    /// region or pages are kept intact).
+    fn release_idle_regions<R: RawAllocator>(
+        &mut self,
+        raw: &R,
+        vm: Option<&dyn VirtualMemory>,
+    ) -> (usize, Option<ArenaError>) {
+        if let (true, Some(vm)) = (self.pages.is_some(), vm) {
+            return self.vm_release_all_free(vm);
+        }
         let mut released = 0;
         let mut first_err = None;
         for slot in self.idle_regions() {
@@ -764,16 +880,19 @@ impl State {
         None
     }
 
-    fn contains_range(&self, addr: u64, len: u64) -> bool {
+    /// Whether `[addr, addr + len)` lies inside one live allocation: `Some(true)` a reserve,
+    /// `Some(false)` a chunk, `None` neither.
+    fn contains_range(&self, addr: u64, len: u64) -> Option<bool> {
         if self
             .reserves
             .iter()
             .any(|(&base, &size)| range_inside(addr, len, base, size))
         {
-            return true;
+            return Some(true);
         }
         self.chunk_containing(addr)
             .is_some_and(|c| c.in_use && range_inside(addr, len, c.addr, c.requested_size))
+            .then_some(false)
     }
 
     /// Why `addr` is not a live allocation, for the error message.
@@ -800,8 +919,15 @@ impl State {
     }
 
     fn log(&self) -> MemoryLog {
-        let regions: Vec<RegionLog> = self
-            .regions
+        let regions: Vec<RegionLog> = match &self.pages {
+            Some(_) => self.vm_log_regions(),
+            None => self.region_logs(),
+        };
+        self.log_with(regions)
+    }
+
+    fn region_logs(&self) -> Vec<RegionLog> {
+        self.regions
             .iter()
             .map(|(_, r)| {
                 let mut chunks = Vec::new();
@@ -826,7 +952,10 @@ impl State {
                     chunks,
                 }
             })
-            .collect();
+            .collect()
+    }
+
+    fn log_with(&self, regions: Vec<RegionLog>) -> MemoryLog {
         let mut bins: Vec<BinLog> = (0..NUM_BINS)
             .map(|b| BinLog {
                 bin_size: bin_size(b),
@@ -862,7 +991,11 @@ impl State {
         }
     }
 
-    fn check<R: RawAllocator>(&self, raw: &R) -> std::result::Result<(), String> {
+    fn check<R: RawAllocator>(
+        &self,
+        raw: &R,
+        vm: Option<&dyn VirtualMemory>,
+    ) -> std::result::Result<(), String> {
         self.bins.check()?;
         let (mut in_use, mut requested, mut held, mut free_chunks, mut live_chunks) =
             (0, 0, 0, 0, 0);
@@ -899,7 +1032,14 @@ impl State {
                     in_use += c.size;
                     requested += c.requested_size;
                 } else {
-                    if !self.bins.contains(id) || self.live.get(c.addr).is_some() {
+                    // Unmapped free memory (virtual-memory mode) has bins of its own.
+                    let unmapped = c.stream == vm::UNMAPPED;
+                    let binned = if unmapped {
+                        self.vm_holds_unmapped(id)
+                    } else {
+                        self.bins.contains(id)
+                    };
+                    if !binned || self.live.get(c.addr).is_some() {
                         return Err(format!(
                             "free chunk {id} is not in a bin, or is in the address table"
                         ));
@@ -917,7 +1057,7 @@ impl State {
                             c.stream
                         ));
                     }
-                    free_chunks += 1;
+                    free_chunks += u64::from(!unmapped);
                 }
                 expect_addr = c.addr + c.size;
                 prev = id;
@@ -927,6 +1067,10 @@ impl State {
                 return Err(format!("region {} chunks end at {expect_addr:#x}", r.id));
             }
             held += r.size;
+        }
+        let mut extents = self.regions.len() as u64;
+        if self.pages.is_some() {
+            (held, extents) = self.vm_check(vm)?;
         }
         let reserved: u64 = self.reserves.values().sum();
         let s = &self.stats;
@@ -941,11 +1085,7 @@ impl State {
             ("RequestedInUse", s.requested_in_use, requested + reserved),
             ("TotalAllocated", s.total_allocated, held + reserved),
             ("ReservedBytes", s.reserved_bytes, reserved),
-            (
-                "NumArenaExtensions",
-                s.num_arena_extensions,
-                self.regions.len() as u64,
-            ),
+            ("NumArenaExtensions", s.num_arena_extensions, extents),
             (
                 "raw bytes outstanding",
                 raw.raw_stats().raw_bytes_outstanding,
@@ -970,7 +1110,7 @@ impl<R: RawAllocator> Drop for Arena<R> {
         // (to reset its chunks); retiring under the lock leaves it nothing to touch.
         let mut st = self.state.lock();
         if !st.retired {
-            let hosted = st.retire(&self.raw);
+            let hosted = st.retire(&self.raw, self.vm.as_deref());
             drop(st);
             drop(hosted);
         }
@@ -992,6 +1132,9 @@ impl<R: RawAllocator> Allocator for Arena<R> {
         if let Some(id) = st.live.remove(addr) {
             st.mark_hosted_free(id);
             st.release_chunk(id);
+            if let Some(vm) = &self.vm {
+                st.vm_after_free(&**vm);
+            }
             return Ok(());
         }
         self.free_other(&mut st, addr)
@@ -1003,7 +1146,7 @@ impl<R: RawAllocator> Allocator for Arena<R> {
         }
         let mut st = self.state.lock();
         st.check_live()?;
-        let addr = st.with_release_retry(&self.raw, &self.config, |st| {
+        let addr = st.with_release_retry(&self.raw, self.vm.as_deref(), &self.config, |st| {
             st.try_reserve(&self.raw, &self.config, size)
         })?;
         st.reserves.insert(addr, size);
@@ -1041,7 +1184,7 @@ impl<R: RawAllocator> Allocator for Arena<R> {
     fn retire(&self) {
         let mut st = self.state.lock();
         if !st.retired {
-            let hosted = st.retire(&self.raw);
+            let hosted = st.retire(&self.raw, self.vm.as_deref());
             drop(st);
             drop(hosted);
         }
@@ -1062,8 +1205,9 @@ impl<R: RawAllocator> Allocator for Arena<R> {
     fn shrink(&self) -> Result<()> {
         let mut st = self.state.lock();
         st.check_live()?;
-        let (_, err) = st.release_idle_regions(&self.raw);
+        let (_, err) = st.release_idle_regions(&self.raw, self.vm.as_deref());
         st.reset_growth(&self.config);
+        st.peak_chunk_bytes = st.stats.in_use - st.stats.reserved_bytes;
         err.map_or(Ok(()), Err)
     }
 
@@ -1088,15 +1232,24 @@ impl<R: RawAllocator> Allocator for Arena<R> {
     }
 
     fn write(&self, addr: u64, data: &[u8]) -> Result<()> {
-        self.in_range(addr, data.len() as u64, |raw| raw.write(addr, data))
+        self.in_range(addr, data.len() as u64, |m| match m {
+            Memory::Raw(raw) => raw.write(addr, data),
+            Memory::Vm(vm) => vm.write(addr, data),
+        })
     }
 
     fn read(&self, addr: u64, out: &mut [u8]) -> Result<()> {
         let len = out.len() as u64;
-        self.in_range(addr, len, |raw| raw.read(addr, out))
+        self.in_range(addr, len, |m| match m {
+            Memory::Raw(raw) => raw.read(addr, out),
+            Memory::Vm(vm) => vm.read(addr, out),
+        })
     }
 
     fn fill(&self, addr: u64, byte: u8, len: u64) -> Result<()> {
-        self.in_range(addr, len, |raw| raw.fill(addr, byte, len))
+        self.in_range(addr, len, |m| match m {
+            Memory::Raw(raw) => raw.fill(addr, byte, len),
+            Memory::Vm(vm) => vm.fill(addr, byte, len),
+        })
     }
 }

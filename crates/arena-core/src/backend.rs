@@ -8,7 +8,7 @@ use crate::error::{ArenaError, Result};
 use crate::memory_info::{MemoryInfo, MemoryKind};
 use crate::pool::PoolAllocator;
 use crate::raw::{
-    DeviceLimits, HostAllocator, RawAllocator, RawStats, VirtualAllocator,
+    DeviceLimits, HostAllocator, RawAllocator, RawStats, VirtualAllocator, VirtualMemory,
     DEFAULT_HOST_TOTAL_MEMORY, DEFAULT_VIRTUAL_TOTAL_MEMORY,
 };
 use crate::stream_events::StreamEvents;
@@ -16,6 +16,9 @@ use std::sync::Arc;
 
 /// A shareable raw allocator.
 pub type SharedRaw = Arc<dyn RawAllocator>;
+
+/// A shareable virtual-memory form of a device's memory.
+pub type SharedVm = Arc<dyn VirtualMemory>;
 
 /// The devices and memories a factory draws on.
 pub trait Backend: Send + Sync + std::fmt::Debug {
@@ -34,6 +37,16 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
 
     /// Counters of the calls that reached the device's raw allocators.
     fn device_stats(&self, device: u32) -> Result<RawStats>;
+
+    /// The virtual-memory form of device memory of `device`, for arenas in virtual-memory
+    /// mode (`arena.use_virtual_memory=1`). `Err(InvalidArgument)` with "not supported" in
+    /// the message (the default) means the caller should use the region arena.
+    fn virtual_memory(&self, device: u32) -> Result<SharedVm> {
+        Err(ArenaError::invalid_argument(format!(
+            "virtual memory is not supported by the {} backend for device {device}",
+            self.name()
+        )))
+    }
 
     /// Events on `device`'s streams, for what streams the host owns free (issue 13); `None`
     /// (the default, and `host` and `virtual`): their chunks come free when they are reset.
@@ -145,5 +158,13 @@ impl Backend for SimBackend {
 
     fn device_stats(&self, device: u32) -> Result<RawStats> {
         Ok(self.raw(MemoryKind::Cuda, device)?.raw_stats())
+    }
+
+    fn virtual_memory(&self, device: u32) -> Result<SharedVm> {
+        let info = MemoryInfo::new(MemoryKind::Cuda, device);
+        Ok(match self.device(device)? {
+            SimDevice::Host(h) => Arc::new(h.clone().with_info(info).vm()),
+            SimDevice::Virtual(v) => Arc::new(v.clone().with_info(info).vm()),
+        })
     }
 }

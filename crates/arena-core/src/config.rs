@@ -30,6 +30,12 @@ pub const DEFAULT_MAX_POWER_OF_TWO_EXTEND_BYTES: u64 = 1 << 30;
 pub const DEFAULT_MAX_MEM: u64 = u64::MAX;
 /// Default `arena.cuda_mempool_bytes_to_keep_on_shrink`: trim everything unused.
 pub const DEFAULT_CUDA_MEMPOOL_BYTES_TO_KEEP_ON_SHRINK: u64 = 0;
+/// Default `arena.vm_peak_headroom_percent` (see [`ArenaConfig::vm_peak_headroom_percent`]).
+pub const DEFAULT_VM_PEAK_HEADROOM_PERCENT: u64 = 2;
+/// Largest `arena.vm_page_size_bytes`: 1 GiB.
+pub const MAX_VM_PAGE_SIZE_BYTES: u64 = 1 << 30;
+/// Largest `arena.vm_reserve_bytes`: 2^62 (far past any device; addresses stay in 64 bits).
+pub const MAX_VM_RESERVE_BYTES: u64 = 1 << 62;
 
 /// The exact key names, as ONNX Runtime spells them.
 pub mod keys {
@@ -52,10 +58,20 @@ pub mod keys {
     /// Bytes the pool keeps when trimmed by a shrink.
     pub const CUDA_MEMPOOL_BYTES_TO_KEEP_ON_SHRINK: &str =
         "arena.cuda_mempool_bytes_to_keep_on_shrink";
+    /// `1`: the device arena lives in one reserved address range and maps pages on demand.
+    pub const USE_VIRTUAL_MEMORY: &str = "arena.use_virtual_memory";
+    /// Page size of the virtual-memory mode; `0` = the backend's granularity.
+    pub const VM_PAGE_SIZE_BYTES: &str = "arena.vm_page_size_bytes";
+    /// Size of the address range reserved at a time; `0` = the device's total memory.
+    pub const VM_RESERVE_BYTES: &str = "arena.vm_reserve_bytes";
+    /// Free memory kept mapped; past it, a free unmaps wholly free pages. Unset: no limit.
+    pub const VM_UNMAP_THRESHOLD_BYTES: &str = "arena.vm_unmap_threshold_bytes";
+    /// How far mapped memory may grow past the peak in use before pages are remapped.
+    pub const VM_PEAK_HEADROOM_PERCENT: &str = "arena.vm_peak_headroom_percent";
 
     /// The typed (camelCase) name of every key, as the TypeScript API spells it, with the
     /// key; in documentation order.
-    pub const TYPED: [(&str, &str); 9] = [
+    pub const TYPED: [(&str, &str); 14] = [
         ("extendStrategy", EXTEND_STRATEGY),
         ("initialChunkSizeBytes", INITIAL_CHUNK_SIZE_BYTES),
         ("maxDeadBytesPerChunk", MAX_DEAD_BYTES_PER_CHUNK),
@@ -74,10 +90,15 @@ pub mod keys {
             "cudaMempoolBytesToKeepOnShrink",
             CUDA_MEMPOOL_BYTES_TO_KEEP_ON_SHRINK,
         ),
+        ("useVirtualMemory", USE_VIRTUAL_MEMORY),
+        ("vmPageSizeBytes", VM_PAGE_SIZE_BYTES),
+        ("vmReserveBytes", VM_RESERVE_BYTES),
+        ("vmUnmapThresholdBytes", VM_UNMAP_THRESHOLD_BYTES),
+        ("vmPeakHeadroomPercent", VM_PEAK_HEADROOM_PERCENT),
     ];
 
     /// Every known key, in documentation order.
-    pub const ALL: [&str; 9] = [
+    pub const ALL: [&str; 14] = [
         EXTEND_STRATEGY,
         INITIAL_CHUNK_SIZE_BYTES,
         MAX_DEAD_BYTES_PER_CHUNK,
@@ -87,6 +108,11 @@ pub mod keys {
         USE_CUDA_MEMPOOL,
         CUDA_MEMPOOL_RELEASE_THRESHOLD,
         CUDA_MEMPOOL_BYTES_TO_KEEP_ON_SHRINK,
+        USE_VIRTUAL_MEMORY,
+        VM_PAGE_SIZE_BYTES,
+        VM_RESERVE_BYTES,
+        VM_UNMAP_THRESHOLD_BYTES,
+        VM_PEAK_HEADROOM_PERCENT,
     ];
 }
 
@@ -114,6 +140,27 @@ pub struct ArenaConfig {
     pub cuda_mempool_release_threshold: Option<u64>,
     /// Bytes the pool keeps on shrink. Default 0.
     pub cuda_mempool_bytes_to_keep_on_shrink: u64,
+    /// Virtual-memory mode for the device arena (`docs/virtual-memory.md`): one reserved
+    /// address range, pages mapped on demand, wholly free pages unmapped. Applies where the
+    /// backend has a virtual-memory form for device memory ([`crate::Backend::virtual_memory`])
+    /// and the arena is made with [`crate::Arena::with_virtual_memory`] (factories do both);
+    /// pinned and CPU arenas ignore it. Default false.
+    pub use_virtual_memory: bool,
+    /// Page size in bytes: `0` (the default) for the backend's granularity, else a power of
+    /// two up to 1 GiB that is a multiple of it.
+    pub vm_page_size_bytes: u64,
+    /// Bytes of address space reserved at a time: `0` (the default) for the device's total
+    /// memory; at most 2^62. Another range is reserved only when a request fits in no free
+    /// space of the ranges held.
+    pub vm_reserve_bytes: u64,
+    /// Wholly free pages kept mapped, in bytes: a free that leaves more unmaps the excess.
+    /// `None` (the default): no limit, free pages stay mapped until the peak headroom, a
+    /// shrink or an out-of-memory needs them.
+    pub vm_unmap_threshold_bytes: Option<u64>,
+    /// Mapped memory may exceed the peak of chunk bytes in use (since the last shrink) by
+    /// this percentage before the arena unmaps wholly free pages elsewhere to map new ones,
+    /// 0 … 1000. Default 2.
+    pub vm_peak_headroom_percent: u64,
 }
 
 impl Default for ArenaConfig {
@@ -128,6 +175,11 @@ impl Default for ArenaConfig {
             use_cuda_mempool: false,
             cuda_mempool_release_threshold: None,
             cuda_mempool_bytes_to_keep_on_shrink: DEFAULT_CUDA_MEMPOOL_BYTES_TO_KEEP_ON_SHRINK,
+            use_virtual_memory: false,
+            vm_page_size_bytes: 0,
+            vm_reserve_bytes: 0,
+            vm_unmap_threshold_bytes: None,
+            vm_peak_headroom_percent: DEFAULT_VM_PEAK_HEADROOM_PERCENT,
         }
     }
 }
@@ -173,6 +225,19 @@ fn parse_uint(key: &str, value: &str, min: u64, max: u64) -> Result<u64> {
         ));
     }
     Ok(n)
+}
+
+/// Parses `0` or a power of two in `min..=max`.
+fn parse_zero_or_power_of_two(key: &str, value: &str, min: u64, max: u64) -> Result<u64> {
+    let n = parse_uint(key, value, 0, u64::MAX)?;
+    if n == 0 || (n.is_power_of_two() && (min..=max).contains(&n)) {
+        return Ok(n);
+    }
+    Err(invalid(
+        key,
+        value,
+        format!("must be 0 or a power of two between {min} and {max}"),
+    ))
 }
 
 fn parse_flag(key: &str, value: &str) -> Result<bool> {
@@ -278,6 +343,20 @@ impl ArenaConfig {
             keys::CUDA_MEMPOOL_BYTES_TO_KEEP_ON_SHRINK => {
                 self.cuda_mempool_bytes_to_keep_on_shrink = parse_uint(key, value, 0, u64::MAX)?
             }
+            keys::USE_VIRTUAL_MEMORY => self.use_virtual_memory = parse_flag(key, value)?,
+            keys::VM_PAGE_SIZE_BYTES => {
+                self.vm_page_size_bytes =
+                    parse_zero_or_power_of_two(key, value, 256, MAX_VM_PAGE_SIZE_BYTES)?
+            }
+            keys::VM_RESERVE_BYTES => {
+                self.vm_reserve_bytes = parse_uint(key, value, 0, MAX_VM_RESERVE_BYTES)?
+            }
+            keys::VM_UNMAP_THRESHOLD_BYTES => {
+                self.vm_unmap_threshold_bytes = Some(parse_uint(key, value, 0, u64::MAX)?)
+            }
+            keys::VM_PEAK_HEADROOM_PERCENT => {
+                self.vm_peak_headroom_percent = parse_uint(key, value, 0, 1000)?
+            }
             _ if key.starts_with("arena.") => {
                 return Err(invalid(
                     key,
@@ -328,6 +407,29 @@ impl ArenaConfig {
         if self.max_mem == 0 {
             return Err(invalid(keys::MAX_MEM, "0", "use u64::MAX for unlimited"));
         }
+        let page = self.vm_page_size_bytes;
+        if page != 0 && !(page.is_power_of_two() && (256..=MAX_VM_PAGE_SIZE_BYTES).contains(&page))
+        {
+            return Err(invalid(
+                keys::VM_PAGE_SIZE_BYTES,
+                &page.to_string(),
+                format!("must be 0 or a power of two between 256 and {MAX_VM_PAGE_SIZE_BYTES}"),
+            ));
+        }
+        if self.vm_reserve_bytes > MAX_VM_RESERVE_BYTES {
+            return Err(invalid(
+                keys::VM_RESERVE_BYTES,
+                &self.vm_reserve_bytes.to_string(),
+                format!("must be at most {MAX_VM_RESERVE_BYTES}"),
+            ));
+        }
+        if self.vm_peak_headroom_percent > 1000 {
+            return Err(invalid(
+                keys::VM_PEAK_HEADROOM_PERCENT,
+                &self.vm_peak_headroom_percent.to_string(),
+                "must be between 0 and 1000",
+            ));
+        }
         Ok(())
     }
 
@@ -377,6 +479,22 @@ impl ArenaConfig {
             keys::CUDA_MEMPOOL_BYTES_TO_KEEP_ON_SHRINK,
             self.cuda_mempool_bytes_to_keep_on_shrink.to_string(),
         ));
+        out.push((
+            keys::USE_VIRTUAL_MEMORY,
+            u8::from(self.use_virtual_memory).to_string(),
+        ));
+        out.push((
+            keys::VM_PAGE_SIZE_BYTES,
+            self.vm_page_size_bytes.to_string(),
+        ));
+        out.push((keys::VM_RESERVE_BYTES, self.vm_reserve_bytes.to_string()));
+        if let Some(t) = self.vm_unmap_threshold_bytes {
+            out.push((keys::VM_UNMAP_THRESHOLD_BYTES, t.to_string()));
+        }
+        out.push((
+            keys::VM_PEAK_HEADROOM_PERCENT,
+            self.vm_peak_headroom_percent.to_string(),
+        ));
         out
     }
 
@@ -412,6 +530,11 @@ mod tests {
         let cfg = ArenaConfig {
             max_mem: 12345,
             cuda_mempool_release_threshold: Some(7),
+            use_virtual_memory: true,
+            vm_page_size_bytes: 1 << 16,
+            vm_reserve_bytes: 12 << 30,
+            vm_unmap_threshold_bytes: Some(0),
+            vm_peak_headroom_percent: 7,
             ..Default::default()
         };
         let back = ArenaConfig::from_pairs(cfg.to_pairs()).expect("own pairs parse");

@@ -235,6 +235,10 @@ impl Factory {
             return Ok(shared.created(Some(kind), warnings));
         }
         let allocator = match self.make(kind, device, &config) {
+            Err(e) if vm_unsupported(kind, &config, &e) => {
+                warnings.push(vm_fallback_warning(&info, &e));
+                self.make(kind, device, &without_vm(&config))?
+            }
             Err(e) if pool_unsupported(kind, &e) => {
                 warnings.push(pool_fallback_warning(&info, &e));
                 kind = SharedKind::DeviceArena;
@@ -381,6 +385,13 @@ pub fn make_allocator(
     let raw = |k| backend.raw(k, device);
     // Each recordable around the concrete allocator, so calls to it are direct.
     Ok(match kind {
+        SharedKind::DeviceArena if config.use_virtual_memory => {
+            recordable(Arc::new(Arena::with_virtual_memory(
+                raw(MemoryKind::Cuda)?,
+                backend.virtual_memory(device)?,
+                config.clone(),
+            )?))
+        }
         SharedKind::DeviceArena => recordable(Arc::new(Arena::new(
             raw(MemoryKind::Cuda)?,
             config.clone(),
@@ -400,6 +411,29 @@ pub fn make_allocator(
 fn pool_unsupported(kind: SharedKind, e: &ArenaError) -> bool {
     matches!(e, ArenaError::InvalidArgument { reason }
         if kind == SharedKind::Mempool && reason.contains("not supported"))
+}
+
+/// Whether making `kind` failed because the backend has no virtual memory for the device:
+/// the factory then makes the region arena.
+fn vm_unsupported(kind: SharedKind, config: &ArenaConfig, e: &ArenaError) -> bool {
+    matches!(e, ArenaError::InvalidArgument { reason }
+        if kind == SharedKind::DeviceArena && config.use_virtual_memory
+            && reason.contains("not supported"))
+}
+
+fn without_vm(config: &ArenaConfig) -> ArenaConfig {
+    ArenaConfig {
+        use_virtual_memory: false,
+        ..config.clone()
+    }
+}
+
+fn vm_fallback_warning(info: &MemoryInfo, e: &ArenaError) -> String {
+    let reason = match e {
+        ArenaError::InvalidArgument { reason } => reason.as_str(),
+        _ => "",
+    };
+    format!("virtual memory is not supported for {info} ({reason}); using the region arena")
 }
 
 fn pool_fallback_warning(info: &MemoryInfo, e: &ArenaError) -> String {
@@ -422,9 +456,10 @@ pub struct Selected {
 }
 
 /// The allocator `config` selects for `memory` of `device` on `backend`, new and unshared:
-/// what [`Factory::create_allocator`] would create (the arena, or the memory pool with
-/// `arena.use_cuda_mempool=1`, falling back to the arena with a warning where the device has
-/// no pools), without the factory's sharing. For comparing configs side by side.
+/// what [`Factory::create_allocator`] would create (the arena, in virtual-memory mode with
+/// `arena.use_virtual_memory=1`, or the memory pool with `arena.use_cuda_mempool=1`, falling
+/// back to the region arena with a warning where the device has no virtual memory or no
+/// pools), without the factory's sharing. For comparing configs side by side.
 pub fn selected_allocator(
     backend: &dyn Backend,
     memory: MemoryKind,
@@ -435,6 +470,11 @@ pub fn selected_allocator(
     let info = MemoryInfo::new(memory, device);
     let kind = SharedKind::selected(memory, config);
     match make_allocator(backend, kind, device, config) {
+        Err(e) if vm_unsupported(kind, config, &e) => Ok(Selected {
+            allocator: make_allocator(backend, kind, device, &without_vm(config))?,
+            kind,
+            warnings: vec![vm_fallback_warning(&info, &e)],
+        }),
         Err(e) if pool_unsupported(kind, &e) => Ok(Selected {
             allocator: make_allocator(backend, SharedKind::DeviceArena, device, config)?,
             kind: SharedKind::DeviceArena,

@@ -59,8 +59,8 @@ impl<'a> Bytes<'a> {
 }
 
 /// Key/value pairs from bytes: one pair per line, split at the first `=`. A key of one byte
-/// from 1 to 9 stands for the known key of that rank, so the fuzzer reaches every key's value
-/// parsing without having to spell the key.
+/// from 1 to the number of known keys stands for the known key of that rank, so the fuzzer
+/// reaches every key's value parsing without having to spell the key.
 pub fn decode_pairs(data: &[u8]) -> Vec<(String, String)> {
     data.split(|&b| b == b'\n')
         .filter(|line| !line.is_empty())
@@ -70,7 +70,9 @@ pub fn decode_pairs(data: &[u8]) -> Vec<(String, String)> {
                 None => (line, &line[line.len()..]),
             };
             let key = match key {
-                [k @ 1..=9] => keys::ALL[usize::from(*k) - 1].to_string(),
+                [k] if (1..=keys::ALL.len()).contains(&usize::from(*k)) => {
+                    keys::ALL[usize::from(*k) - 1].to_string()
+                }
                 _ => String::from_utf8_lossy(key).into_owned(),
             };
             (key, String::from_utf8_lossy(value).into_owned())

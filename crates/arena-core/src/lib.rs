@@ -22,6 +22,7 @@ mod lock;
 mod memory_info;
 mod memory_log;
 pub mod namespaces;
+mod pages;
 pub mod pluggable;
 mod pool;
 pub mod raw;
@@ -48,7 +49,10 @@ pub use memory_log::{BinLog, ChunkLog, MemoryLog, RegionLog, ReserveLog};
 pub use namespaces::{env_arena_options, session_arena_options};
 pub use pluggable::PluggableDevice;
 pub use pool::PoolAllocator;
-pub use raw::{DeviceLimits, HostAllocator, RawAllocator, RawStats, VirtualAllocator};
+pub use raw::{
+    DeviceLimits, HostAllocator, HostVm, RawAllocator, RawStats, VirtualAllocator, VirtualMemory,
+    VirtualVm,
+};
 pub use recorder::{
     Recorder, RecordingAllocator, RecordingSummary, MAX_RECORDED_LINE_BYTES, RECORD_BUFFER_BYTES,
 };

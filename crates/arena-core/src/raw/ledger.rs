@@ -72,6 +72,39 @@ impl Ledger {
         self.stats.raw_bytes_outstanding -= size;
     }
 
+    /// Checks that `len` more bytes may be mapped (virtual-memory form): the device's total
+    /// counts, its largest allocation does not (the memory comes one granule at a time).
+    pub(crate) fn admit_mapped(&mut self, len: u64) -> Result<()> {
+        let free = self.limits.total_memory - self.stats.raw_bytes_outstanding;
+        if len > free {
+            return Err(self.refuse(
+                len,
+                format!(
+                    "the device has {free} of {} bytes free",
+                    self.limits.total_memory
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Counts a map of `len` bytes: one raw allocation.
+    pub(crate) fn record_map(&mut self, len: u64) {
+        self.stats.raw_allocs += 1;
+        self.stats.raw_bytes_outstanding += len;
+    }
+
+    /// Counts an unmap of `len` bytes: one raw free.
+    pub(crate) fn record_unmap(&mut self, len: u64) {
+        self.stats.raw_frees += 1;
+        self.stats.raw_bytes_outstanding -= len;
+    }
+
+    /// The device's size.
+    pub(crate) fn total_memory(&self) -> u64 {
+        self.limits.total_memory
+    }
+
     /// Checks that `[addr, addr + len)` lies inside one live block.
     pub(crate) fn check_range(&self, addr: u64, len: u64) -> Result<()> {
         let inside = self.live.iter().any(|(&base, &size)| {

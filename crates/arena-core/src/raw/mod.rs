@@ -4,13 +4,17 @@
 //! hands out real, 256-byte aligned host memory; [`VirtualAllocator`] hands out addresses
 //! from a private address space and touches no memory. Both enforce [`DeviceLimits`] and
 //! count their calls ([`RawStats`]), which is how tests reach every out-of-memory path.
+//! Both also have a virtual-memory form ([`VirtualMemory`]: reserve a range, map and unmap
+//! pages of it), which the arena's virtual-memory mode runs on.
 
 mod host;
 mod ledger;
 mod r#virtual;
+mod vm;
 
-pub use host::HostAllocator;
-pub use r#virtual::VirtualAllocator;
+pub use host::{HostAllocator, HostVm};
+pub use r#virtual::{VirtualAllocator, VirtualVm, DEFAULT_VIRTUAL_GRANULARITY};
+pub use vm::{Reservations, VirtualMemory};
 
 use crate::error::{ArenaError, Result};
 use crate::memory_info::MemoryInfo;

@@ -1,9 +1,12 @@
 //! The `virtual` backend: addresses from a private address space, no memory behind them.
-//! For replaying large allocation traces on any machine.
+//! For replaying large allocation traces on any machine. Its virtual-memory form reserves
+//! ranges from the same address space and counts mapped bytes against the device's limits,
+//! so what a virtual-memory arena holds is exact and the same on every machine.
 
 use super::ledger::Ledger;
+use super::vm::{Reservations, VirtualMemory};
 use super::{DeviceLimits, RawAllocator, RawStats, DEFAULT_VIRTUAL_TOTAL_MEMORY};
-use crate::error::Result;
+use crate::error::{ArenaError, Result};
 use crate::memory_info::{MemoryInfo, MemoryKind};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
@@ -15,11 +18,52 @@ use std::sync::Arc;
 const SPACE_BITS: u32 = 44;
 static NEXT_SPACE: AtomicU64 = AtomicU64::new(1);
 
+/// Default mapping granularity of the virtual-memory form: 2 MiB, CUDA's on an H100.
+pub const DEFAULT_VIRTUAL_GRANULARITY: u64 = 2 << 20;
+
 #[derive(Debug)]
 struct Space {
     ledger: Ledger,
     /// Free address ranges: start → length; adjacent ranges are always merged.
     holes: BTreeMap<u64, u64>,
+    /// Ranges reserved by the virtual-memory form, and what is mapped in them.
+    vm: Reservations,
+}
+
+impl Space {
+    /// Takes `span` bytes (a multiple of `align`, a power of two) of address space, aligned
+    /// to `align`; the first hole that fits.
+    fn carve(&mut self, span: u64, align: u64) -> Option<u64> {
+        let (start, len, at) = self.holes.iter().find_map(|(&a, &l)| {
+            let at = a.checked_add(align - 1)? & !(align - 1);
+            (at.checked_add(span)? <= a + l).then_some((a, l, at))
+        })?;
+        self.holes.remove(&start);
+        if at > start {
+            self.holes.insert(start, at - start);
+        }
+        if at + span < start + len {
+            self.holes.insert(at + span, start + len - at - span);
+        }
+        Some(at)
+    }
+
+    /// Returns `[start, start + len)` to the holes, merging with its neighbours.
+    fn give_back(&mut self, start: u64, len: u64) {
+        let (mut start, mut len) = (start, len);
+        if let Some((&a, &l)) = self.holes.range(..start).next_back() {
+            if a + l == start {
+                self.holes.remove(&a);
+                start = a;
+                len += l;
+            }
+        }
+        if let Some(&l) = self.holes.get(&(start + len)) {
+            self.holes.remove(&(start + len));
+            len += l;
+        }
+        self.holes.insert(start, len);
+    }
 }
 
 /// A simulated device that hands out addresses only. Cloning shares the device.
@@ -45,6 +89,7 @@ impl VirtualAllocator {
         let space = Space {
             ledger: Ledger::new(limits),
             holes,
+            vm: Reservations::new(DEFAULT_VIRTUAL_GRANULARITY),
         };
         VirtualAllocator {
             space: Arc::new(Mutex::new(space)),
@@ -57,6 +102,19 @@ impl VirtualAllocator {
         self.info = info;
         self
     }
+
+    /// The same device, mapping in units of `granularity` bytes (a power of two, at least
+    /// 256; others are ignored) in its virtual-memory form; call before reserving anything.
+    /// Default 2 MiB.
+    pub fn with_granularity(self, granularity: u64) -> Self {
+        if granularity.is_power_of_two() && granularity >= 256 {
+            let mut space = self.space.lock();
+            if space.vm.ranges().is_empty() {
+                space.vm = Reservations::new(granularity);
+            }
+        }
+        self
+    }
 }
 
 impl RawAllocator for VirtualAllocator {
@@ -65,20 +123,11 @@ impl RawAllocator for VirtualAllocator {
         space.ledger.admit(size)?;
         // Place blocks on 256-byte boundaries.
         let span = size.div_ceil(256) * 256;
-        let hole = space
-            .holes
-            .iter()
-            .find(|(_, &len)| len >= span)
-            .map(|(&a, &l)| (a, l));
-        let Some((start, len)) = hole else {
+        let Some(start) = space.carve(span, 256) else {
             return Err(space
                 .ledger
                 .refuse(size, "the address space is exhausted".into()));
         };
-        space.holes.remove(&start);
-        if len > span {
-            space.holes.insert(start + span, len - span);
-        }
         space.ledger.record_alloc(start, size);
         Ok(start)
     }
@@ -87,19 +136,7 @@ impl RawAllocator for VirtualAllocator {
         let mut space = self.space.lock();
         space.ledger.check_free(addr, size)?;
         space.ledger.record_free(addr, size);
-        let (mut start, mut len) = (addr, size.div_ceil(256) * 256);
-        if let Some((&a, &l)) = space.holes.range(..start).next_back() {
-            if a + l == start {
-                space.holes.remove(&a);
-                start = a;
-                len += l;
-            }
-        }
-        if let Some(&l) = space.holes.get(&(start + len)) {
-            space.holes.remove(&(start + len));
-            len += l;
-        }
-        space.holes.insert(start, len);
+        space.give_back(addr, size.div_ceil(256) * 256);
         Ok(())
     }
 
@@ -112,10 +149,82 @@ impl RawAllocator for VirtualAllocator {
     }
 }
 
+/// The virtual-memory form of a [`VirtualAllocator`]'s device ([`VirtualAllocator::vm`]):
+/// shares its address space, limits and counters.
+#[derive(Debug, Clone)]
+pub struct VirtualVm {
+    space: Arc<Mutex<Space>>,
+    info: MemoryInfo,
+}
+
+impl VirtualAllocator {
+    /// The device's virtual-memory form (same address space, limits and counters),
+    /// reporting the same info.
+    pub fn vm(&self) -> VirtualVm {
+        VirtualVm {
+            space: self.space.clone(),
+            info: self.info,
+        }
+    }
+}
+
+impl VirtualMemory for VirtualVm {
+    fn granularity(&self) -> u64 {
+        self.space.lock().vm.granularity()
+    }
+
+    fn total_memory(&self) -> u64 {
+        self.space.lock().ledger.total_memory()
+    }
+
+    fn reserve(&self, size: u64) -> Result<u64> {
+        let mut space = self.space.lock();
+        space.vm.check_reserve(size)?;
+        let g = space.vm.granularity();
+        let base = space.carve(size, g).ok_or_else(|| {
+            ArenaError::oom(size, "the address space has no room for the reservation")
+        })?;
+        space.vm.add(base, size);
+        Ok(base)
+    }
+
+    fn release(&self, base: u64, size: u64) -> Result<()> {
+        let mut space = self.space.lock();
+        space.vm.check_release(base, size)?;
+        space.vm.remove(base);
+        space.give_back(base, size);
+        Ok(())
+    }
+
+    fn map(&self, addr: u64, len: u64) -> Result<()> {
+        let mut space = self.space.lock();
+        space.vm.check_map(addr, len)?;
+        space.ledger.admit_mapped(len)?;
+        space.vm.mark_mapped(addr, len);
+        space.ledger.record_map(len);
+        Ok(())
+    }
+
+    fn unmap(&self, addr: u64, len: u64) -> Result<()> {
+        let mut space = self.space.lock();
+        space.vm.check_unmap(addr, len)?;
+        space.vm.mark_unmapped(addr, len);
+        space.ledger.record_unmap(len);
+        Ok(())
+    }
+
+    fn mapped_bytes(&self) -> u64 {
+        self.space.lock().vm.mapped_bytes()
+    }
+
+    fn info(&self) -> MemoryInfo {
+        self.info
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::ArenaError;
 
     #[test]
     fn freed_space_is_reused_and_merged() {
@@ -154,6 +263,36 @@ mod tests {
             "interior address is refused"
         );
         assert_eq!(v.raw_stats().raw_frees, 0);
+    }
+
+    #[test]
+    fn mapped_bytes_count_against_the_device_and_reservations_do_not() {
+        let raw =
+            VirtualAllocator::new(DeviceLimits::with_total(8 << 20)).with_granularity(1 << 20);
+        let v = raw.vm();
+        let base = v.reserve(64 << 20).expect("address space is plentiful");
+        assert_eq!(base % (1 << 20), 0);
+        assert_eq!(raw.raw_stats().raw_bytes_outstanding, 0);
+        v.map(base, 6 << 20).expect("fits");
+        let block = raw.alloc(2 << 20).expect("the rest fits");
+        assert!(block >= base + (64 << 20) || block + (2 << 20) <= base);
+        assert!(matches!(
+            v.map(base + (6 << 20), 1 << 20),
+            Err(ArenaError::OutOfMemory { .. })
+        ));
+        let s = raw.raw_stats();
+        assert_eq!(
+            (s.raw_bytes_outstanding, s.raw_allocs, s.raw_failures),
+            (8 << 20, 2, 1)
+        );
+        v.unmap(base + (2 << 20), 1 << 20).expect("mapped");
+        assert_eq!(v.mapped_bytes(), 5 << 20);
+        assert!(v.release(base, 64 << 20).is_err(), "memory still mapped");
+        v.unmap(base, 2 << 20).expect("mapped");
+        v.unmap(base + (3 << 20), 3 << 20).expect("mapped");
+        v.release(base, 64 << 20).expect("empty");
+        raw.free(block, 2 << 20).expect("live");
+        assert_eq!(raw.raw_stats().raw_bytes_outstanding, 0);
     }
 
     #[test]

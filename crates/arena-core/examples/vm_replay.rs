@@ -1,0 +1,206 @@
+//! Replays traces through the region arena and the virtual-memory arena on the `virtual`
+//! backend and prints held/requested, driver calls and ns/op per pass, for choosing the
+//! virtual-memory mode's defaults (docs/virtual-memory.md):
+//!
+//! `cargo run --release -p cuda-arena-core --example vm_replay -- TRACE... [-- k=v ...]`
+//!
+//! A trace is a sample name (`inference`, `mixed`, `small`, `growing`: the `--sample` traces
+//! of `cuda-arena replay`), a `GPUTRC01` file of the GPU benchmark (`.trc`, from
+//! `../shared/bench/gen_traces.py`), a PyTorch memory snapshot (`.pickle`) or a JSON-lines
+//! trace. Pairs after `--` are added to the virtual-memory arena's config (and to the region
+//! arena's, but for `arena.use_virtual_memory`). Each config replays the trace three times in
+//! one arena: the first pass measures memory (as the GPU benchmark's pass 0 does), the next
+//! two are warm.
+use cuda_arena_core::trace::{replay, TraceOp};
+use cuda_arena_core::trace_format::parse_trace_bytes;
+use cuda_arena_core::{
+    Allocator, Arena, ArenaConfig, RawAllocator, Stream, VirtualAllocator, VirtualMemory,
+};
+use std::sync::Arc;
+
+/// Reads a `GPUTRC01` trace (layout in `gen_traces.py`): 64-byte header, then 16-byte
+/// records `u32 id, u8 kind, u8 stream, u16 pad, u64 size`.
+fn read_trc(bytes: &[u8]) -> Result<Vec<TraceOp>, String> {
+    if bytes.len() < 64 || &bytes[..8] != b"GPUTRC01" {
+        return Err("not a GPUTRC01 trace".into());
+    }
+    let u64_at = |at: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&bytes[at..at + 8]);
+        u64::from_le_bytes(b)
+    };
+    let n = u64_at(16) as usize;
+    let recs = &bytes[64..];
+    if recs.len() < n * 16 {
+        return Err("short trace".into());
+    }
+    Ok((0..n)
+        .map(|i| {
+            let r = &recs[i * 16..i * 16 + 16];
+            let id = u64::from(u32::from_le_bytes([r[0], r[1], r[2], r[3]])) + 1;
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&r[8..16]);
+            if r[4] == 0 {
+                TraceOp::Alloc {
+                    id,
+                    size: u64::from_le_bytes(b),
+                    stream: u32::from(r[5]),
+                }
+            } else {
+                TraceOp::Free { id }
+            }
+        })
+        .collect())
+}
+
+fn load(name: &str) -> Result<Vec<TraceOp>, String> {
+    if let Some(t) = cuda_arena_core::trace::named_trace(name, 100_000, 1) {
+        return Ok(t);
+    }
+    let bytes = std::fs::read(name).map_err(|e| format!("{name}: {e}"))?;
+    if name.ends_with(".trc") {
+        return read_trc(&bytes);
+    }
+    if cuda_arena_core::torch_snapshot::looks_like_pickle(&bytes) {
+        let t = cuda_arena_core::torch_snapshot::read_snapshot(&bytes, None)
+            .map_err(|e| format!("{name}: {e}"))?;
+        return Ok(t.ops);
+    }
+    parse_trace_bytes(&bytes, false)
+        .map(|t| t.ops)
+        .map_err(|e| format!("{name}: {e}"))
+}
+
+fn streams_for(trace: &[TraceOp]) -> Vec<Stream> {
+    let max = trace
+        .iter()
+        .map(|op| match op {
+            TraceOp::Alloc { stream, .. } => *stream,
+            _ => 0,
+        })
+        .max()
+        .unwrap_or(0);
+    (0..max).map(|_| Stream::new()).collect()
+}
+
+/// Counts the bytes mapped and unmapped through it (the driver's work is per page).
+#[derive(Debug)]
+struct Counting {
+    inner: cuda_arena_core::VirtualVm,
+    mapped: std::sync::atomic::AtomicU64,
+    unmapped: std::sync::atomic::AtomicU64,
+}
+
+impl VirtualMemory for Counting {
+    fn granularity(&self) -> u64 {
+        self.inner.granularity()
+    }
+    fn total_memory(&self) -> u64 {
+        self.inner.total_memory()
+    }
+    fn reserve(&self, size: u64) -> cuda_arena_core::Result<u64> {
+        self.inner.reserve(size)
+    }
+    fn release(&self, base: u64, size: u64) -> cuda_arena_core::Result<()> {
+        self.inner.release(base, size)
+    }
+    fn map(&self, addr: u64, len: u64) -> cuda_arena_core::Result<()> {
+        self.inner.map(addr, len)?;
+        self.mapped
+            .fetch_add(len, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+    fn unmap(&self, addr: u64, len: u64) -> cuda_arena_core::Result<()> {
+        self.inner.unmap(addr, len)?;
+        self.unmapped
+            .fetch_add(len, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+    fn mapped_bytes(&self) -> u64 {
+        self.inner.mapped_bytes()
+    }
+    fn info(&self) -> cuda_arena_core::MemoryInfo {
+        VirtualMemory::info(&self.inner)
+    }
+}
+
+fn run(name: &str, trace: &[TraceOp], pairs: &[(String, String)], vm: bool) -> Result<(), String> {
+    let mut cfg = ArenaConfig::from_pairs(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .map_err(|e| e.to_string())?;
+    cfg.use_virtual_memory = vm;
+    let raw = VirtualAllocator::default();
+    let counting = Arc::new(Counting {
+        inner: raw.vm(),
+        mapped: Default::default(),
+        unmapped: Default::default(),
+    });
+    let arena = if vm {
+        let v: Arc<dyn VirtualMemory> = counting.clone();
+        Arena::with_virtual_memory(raw.clone(), v, cfg).map_err(|e| e.to_string())?
+    } else {
+        Arena::new(raw.clone(), cfg).map_err(|e| e.to_string())?
+    };
+    let streams = streams_for(trace);
+    let mut line = format!(
+        "{:<18} {:<6}",
+        name.trim_start_matches("snapshot."),
+        if vm { "vm" } else { "region" }
+    );
+    for pass in 0..3 {
+        let before = raw.raw_stats();
+        let pages_before = (
+            counting.mapped.load(std::sync::atomic::Ordering::Relaxed),
+            counting.unmapped.load(std::sync::atomic::Ordering::Relaxed),
+        );
+        let r = replay(&arena, trace, &streams, pass == 0).map_err(|e| e.to_string())?;
+        let after = raw.raw_stats();
+        let pages = (
+            (counting.mapped.load(std::sync::atomic::Ordering::Relaxed) - pages_before.0) >> 21,
+            (counting.unmapped.load(std::sync::atomic::Ordering::Relaxed) - pages_before.1) >> 21,
+        );
+        if pass == 0 {
+            line += &format!(
+                " held/req {:.4} (held {:.0} MiB, req {:.0} MiB, in use {:.0} MiB)",
+                r.peak_held as f64 / r.peak_requested.max(1) as f64,
+                r.peak_held as f64 / 1048576.0,
+                r.peak_requested as f64 / 1048576.0,
+                arena.stats().max_in_use as f64 / 1048576.0,
+            );
+        }
+        line += &format!(
+            " | p{pass} {:.0} ns/op maps {}/{}p unmaps {}/{}p",
+            r.ns_per_op(),
+            after.raw_allocs - before.raw_allocs,
+            pages.0,
+            after.raw_frees - before.raw_frees,
+            pages.1
+        );
+    }
+    arena.check_invariants()?;
+    let s = arena.stats();
+    line += &format!(" | extents {}", s.num_arena_extensions);
+    println!("{line}");
+    Ok(())
+}
+
+fn main() -> Result<(), String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let split = args.iter().position(|a| a == "--").unwrap_or(args.len());
+    let pairs: Vec<(String, String)> = args[split.min(args.len())..]
+        .iter()
+        .skip(1)
+        .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.into(), v.into())))
+        .collect();
+    let only = std::env::var("ONLY").unwrap_or_default();
+    for name in &args[..split] {
+        let trace = load(name)?;
+        let short = name.rsplit('/').next().unwrap_or(name);
+        if only != "vm" {
+            run(short, &trace, &pairs, false)?;
+        }
+        if only != "region" {
+            run(short, &trace, &pairs, true)?;
+        }
+    }
+    Ok(())
+}

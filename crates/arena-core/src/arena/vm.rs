@@ -1,0 +1,864 @@
+//! The arena's virtual-memory mode: where pages get mapped and unmapped. The chunks, bins,
+//! streams and stats are the arena's own (one code path with the region mode); what differs
+//! is where a chunk's memory comes from.
+//!
+//! - The regions are address ranges reserved from the [`VirtualMemory`] (the device's total
+//!   memory by default), so free space coalesces across what used to be region boundaries; a
+//!   second range is reserved only when a request fits in no free space of the ranges held.
+//! - Free memory is of two kinds. Mapped free chunks are in the bins, as in the region mode,
+//!   so allocating from mapped memory and freeing are the region mode's paths, with no page
+//!   check and no driver call. Unmapped free memory (whole pages) is held by free chunks
+//!   tagged with the stream [`UNMAPPED`], which no stream takes and which merge only with
+//!   each other, indexed by bins of their own.
+//! - When no mapped free chunk fits, the arena maps pages: it picks the unmapped chunk, with
+//!   the mapped free neighbours the stream may take, that needs the fewest new pages (lowest
+//!   address among equals), maps them, and joins the pieces into the chunk handed out.
+//! - Mapped memory may grow past the peak of chunk bytes in use since the last shrink by
+//!   `arena.vm_peak_headroom_percent`; a mapping that would pass that first unmaps wholly
+//!   free pages elsewhere, highest addresses first. So held memory stays within the headroom
+//!   of the live peak however fragmented the address space gets, and a warm arena, whose
+//!   mapped pages cover its peak, maps nothing.
+//! - `arena.vm_unmap_threshold_bytes`, when set, bounds free memory kept mapped: a free that
+//!   leaves more unmaps wholly free pages down to it, so held memory follows live memory.
+//! - Decision 7: a mapping the device refuses unmaps every other wholly free page and tries
+//!   once more; `shrink` unmaps every wholly free page and gives back idle ranges.
+//!
+//! Stats: `TotalAllocated` is bytes mapped (plus reserves), `NumArenaExtensions` the mapped
+//! extents (maximal runs of mapped pages, the memory log's regions) and `NumArenaShrinkages`
+//! counts runs of pages unmapped.
+
+use super::{reusable, Clock, State, StreamId};
+use crate::bins::{bin_for_size, NUM_BINS};
+use crate::chunks::Chunk;
+use crate::config::{keys, ArenaConfig};
+use crate::error::{ArenaError, Result};
+use crate::free_list::{FreeBins, NIL};
+use crate::memory_log::{ChunkLog, RegionLog};
+use crate::pages::PageTable;
+use crate::raw::VirtualMemory;
+
+/// The stream tag of unmapped free chunks: no stream is ever given it (stream ids count up
+/// from 1), so no stream takes them and they merge only with each other.
+pub(super) const UNMAPPED: StreamId = StreamId::MAX;
+
+/// Requests of at most this many bytes (rounded) come from ranges of their own, as
+/// PyTorch's small pool: small blocks with long lives would otherwise sit among large free
+/// blocks, keep them from merging and pin their pages.
+pub(super) const SMALL_POOL_MAX_BYTES: u64 = 1 << 20;
+/// The pool of ranges for requests up to [`SMALL_POOL_MAX_BYTES`].
+const SMALL: u8 = 1;
+/// The pool of ranges for larger requests.
+const LARGE: u8 = 0;
+
+/// The page state and policy of an arena in virtual-memory mode.
+#[derive(Debug)]
+pub(super) struct Paged {
+    /// Which pages are mapped: exactly those of the chunks not tagged [`UNMAPPED`].
+    pages: PageTable,
+    /// Exactly the unmapped free chunks, by size (they are page-aligned whole pages).
+    unmapped: FreeBins,
+    /// Bytes reserved per range, a multiple of the page size.
+    reserve_bytes: u64,
+    /// `arena.vm_unmap_threshold_bytes`.
+    threshold: Option<u64>,
+    /// A free unmaps pages when mapped bytes minus chunk bytes in use pass this: the
+    /// threshold, raised to what partly used pages hold after a trim that could not get
+    /// below it (so frees do not scan again for pages that are not there).
+    trigger: u64,
+    /// `arena.vm_peak_headroom_percent`.
+    headroom_percent: u64,
+}
+
+impl Paged {
+    /// The policy of `config` over `vm`. A page size that is not a multiple of the
+    /// granularity is `ERR_ARENA_INVALID_CONFIG`.
+    pub(super) fn new(vm: &dyn VirtualMemory, config: &ArenaConfig) -> Result<Self> {
+        let g = vm.granularity();
+        if !g.is_power_of_two() || g < 256 {
+            return Err(ArenaError::invalid_argument(format!(
+                "the virtual memory of {} has a granularity of {g} bytes, not a power of two of at least 256",
+                vm.info()
+            )));
+        }
+        let page = match config.vm_page_size_bytes {
+            0 => g,
+            p => p,
+        };
+        if !page.is_power_of_two() || !page.is_multiple_of(g) {
+            return Err(ArenaError::InvalidConfig {
+                key: keys::VM_PAGE_SIZE_BYTES.into(),
+                value: page.to_string(),
+                reason: format!(
+                    "must be a power of two and a multiple of the granularity of {} ({g} bytes)",
+                    vm.info()
+                ),
+            });
+        }
+        let reserve = match config.vm_reserve_bytes {
+            0 => vm.total_memory(),
+            r => r,
+        };
+        let reserve = reserve
+            .checked_next_multiple_of(page)
+            .unwrap_or(u64::MAX - (page - 1))
+            .max(page);
+        Ok(Paged {
+            pages: PageTable::new(page),
+            unmapped: FreeBins::new(),
+            reserve_bytes: reserve,
+            threshold: config.vm_unmap_threshold_bytes,
+            trigger: config.vm_unmap_threshold_bytes.unwrap_or(u64::MAX),
+            headroom_percent: config.vm_peak_headroom_percent,
+        })
+    }
+
+    fn page(&self) -> u64 {
+        self.pages.page_size()
+    }
+
+    /// The page table and the pool a request of `rounded` bytes comes from, for the fit.
+    #[inline]
+    pub(super) fn pool_filter(&self, rounded: u64) -> (&PageTable, u8) {
+        (&self.pages, pool_for(rounded))
+    }
+
+    /// Mapped bytes the headroom allows for a peak of `peak` chunk bytes in use.
+    fn cap(&self, peak: u64) -> u64 {
+        let extra = u128::from(peak) * u128::from(self.headroom_percent) / 100;
+        peak.saturating_add(u64::try_from(extra).unwrap_or(u64::MAX))
+    }
+
+    /// Every unmapped free chunk.
+    fn unmapped_ids(&self) -> Vec<u32> {
+        (0..NUM_BINS)
+            .flat_map(|b| self.unmapped.bin_ids(b))
+            .collect()
+    }
+}
+
+/// Which free pages an unmapping pass looks at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scan {
+    /// Mapped free chunks of at least a page (from the bins): cheap, for the headroom and
+    /// the threshold.
+    Large,
+    /// Every run of adjacent mapped free chunks, whatever their streams: for shrink and out
+    /// of memory.
+    Everything,
+}
+
+/// Pages a mapping is for, which an unmapping pass must leave alone: `(slot, lo, hi)`,
+/// page-aligned.
+type Keep = Option<(u32, u64, u64)>;
+
+/// Where an allocation that needs pages mapped goes.
+#[derive(Debug, Clone, Copy)]
+struct Plan {
+    slot: u32,
+    /// The chunk's bytes: `[w0, w0 + rounded)`.
+    w0: u64,
+    /// The pages to map: `[m0, m1)`, all in one unmapped chunk.
+    m0: u64,
+    m1: u64,
+}
+
+/// The pool serving requests of `rounded` bytes.
+#[inline]
+fn pool_for(rounded: u64) -> u8 {
+    if rounded <= SMALL_POOL_MAX_BYTES {
+        SMALL
+    } else {
+        LARGE
+    }
+}
+
+fn floor_to(x: u64, page: u64) -> u64 {
+    x - x % page
+}
+
+fn ceil_to(x: u64, page: u64) -> u64 {
+    x.checked_next_multiple_of(page).unwrap_or(u64::MAX)
+}
+
+impl State {
+    fn paged(&self) -> Result<&Paged> {
+        self.pages
+            .as_deref()
+            .ok_or_else(|| ArenaError::invalid_argument("internal: the arena has no page table"))
+    }
+
+    /// Bytes of chunks in use (reserves are not in the pages).
+    fn chunk_bytes_in_use(&self) -> u64 {
+        self.stats.in_use - self.stats.reserved_bytes
+    }
+
+    /// Whether free chunk `id` is in the unmapped bins.
+    pub(super) fn vm_holds_unmapped(&self, id: u32) -> bool {
+        self.pages
+            .as_deref()
+            .is_some_and(|p| p.unmapped.contains(id))
+    }
+
+    /// No mapped free chunk fits `rounded` bytes: maps the pages of the best place for them
+    /// (reserving another range when there is none) and returns the free chunk of exactly
+    /// those bytes. Changes nothing on failure, but for pages unmapped on the way (decision
+    /// 7).
+    pub(super) fn vm_grow_and_find(
+        &mut self,
+        vm: &dyn VirtualMemory,
+        config: &ArenaConfig,
+        rounded: u64,
+        size: u64,
+        consumer: StreamId,
+        clock: Option<&Clock>,
+    ) -> Result<u32> {
+        let (plan, new_range) = match self.vm_plan(rounded, consumer, clock) {
+            Some(plan) => (plan, None),
+            None => {
+                let slot = self.vm_add_range(vm, rounded, size)?;
+                match self.vm_plan(rounded, consumer, clock) {
+                    Some(plan) => (plan, Some(slot)),
+                    None => {
+                        self.vm_drop_range(vm, slot);
+                        return Err(ArenaError::oom(
+                            size,
+                            "no free space fits it even in a newly reserved range",
+                        ));
+                    }
+                }
+            }
+        };
+        let id = match self.vm_map(vm, config, plan, rounded, size) {
+            Ok(id) => id,
+            Err(e) => {
+                if let Some(slot) = new_range {
+                    self.vm_drop_range(vm, slot);
+                }
+                return Err(e);
+            }
+        };
+        Ok(self.vm_carve(id, plan.w0, plan.w0 + rounded))
+    }
+
+    /// The place for `rounded` bytes for stream `consumer` that needs the fewest pages
+    /// mapped (lowest address among equals): an unmapped chunk alone, or with the mapped
+    /// free chunk just below or above it when the stream may take that. `None` when no
+    /// unmapped chunk serves.
+    fn vm_plan(&self, rounded: u64, consumer: StreamId, clock: Option<&Clock>) -> Option<Plan> {
+        let p = self.pages.as_deref()?;
+        let page = p.page();
+        // A mapped free neighbour the stream may take joins the span.
+        let usable = |id: u32| -> Option<&Chunk> {
+            let c = self.chunks.get(id);
+            (!c.in_use && c.stream != UNMAPPED && reusable(c, consumer, &self.hosted, clock))
+                .then_some(c)
+        };
+        let pool = pool_for(rounded);
+        let mut best: Option<((u64, u64), Plan)> = None;
+        for uid in p.unmapped_ids() {
+            let u = *self.chunks.get(uid);
+            if p.pages.pool(u.region) != pool {
+                continue;
+            }
+            let (u0, u1) = (u.addr, u.addr + u.size);
+            let below = (u.prev != NIL).then(|| usable(u.prev)).flatten();
+            let above = (u.next != NIL).then(|| usable(u.next)).flatten();
+            let lo = below.map_or(u0, |c| c.addr);
+            let hi = above.map_or(u1, |c| c.addr + c.size);
+            if hi - lo < rounded {
+                continue;
+            }
+            // From the bottom of the free span, or up to its top.
+            for w0 in [lo, hi - rounded] {
+                let w1 = w0 + rounded;
+                let (m0, m1) = (floor_to(w0, page).max(u0), ceil_to(w1, page).min(u1));
+                let missing = if m1 > m0 { (m1 - m0) / page } else { 0 };
+                let key = (missing, w0);
+                if best.as_ref().is_none_or(|b| key < b.0) {
+                    best = Some((
+                        key,
+                        Plan {
+                            slot: u.region,
+                            w0,
+                            m0,
+                            m1: m1.max(m0),
+                        },
+                    ));
+                }
+            }
+        }
+        best.map(|b| b.1)
+    }
+
+    /// Reserves a range for at least `rounded` bytes: `arena.vm_reserve_bytes` (the
+    /// device's memory), or just enough when that is refused. Returns its region slot; the
+    /// range is one unmapped free chunk.
+    fn vm_add_range(&mut self, vm: &dyn VirtualMemory, rounded: u64, size: u64) -> Result<u32> {
+        let p = self.paged()?;
+        let need = rounded.checked_next_multiple_of(p.page()).ok_or_else(|| {
+            ArenaError::oom(
+                size,
+                "the size rounded up to whole pages does not fit in 64 bits",
+            )
+        })?;
+        let want = p.reserve_bytes.max(need);
+        let (base, len) = match vm.reserve(want) {
+            Ok(base) => (base, want),
+            Err(ArenaError::OutOfMemory { .. }) if want > need => match vm.reserve(need) {
+                Ok(base) => (base, need),
+                Err(e) => return Err(oom_for(size, "reserving address space", e)),
+            },
+            Err(e) => return Err(oom_for(size, "reserving address space", e)),
+        };
+        let slot = self.insert_region(base, len);
+        let id = self.regions.get(slot).first_chunk;
+        self.bins.remove(id);
+        self.chunks.get_mut(id).stream = UNMAPPED;
+        if let Some(p) = self.pages.as_deref_mut() {
+            p.pages.add_range(slot, base, len, pool_for(rounded));
+            p.unmapped.insert(id, len, base);
+        }
+        Ok(slot)
+    }
+
+    /// Gives back range `slot`, which has no chunk in use and nothing mapped.
+    fn vm_drop_range(&mut self, vm: &dyn VirtualMemory, slot: u32) {
+        let r = *self.regions.get(slot);
+        if vm.release(r.base, r.size).is_err() {
+            // Kept: a range the backend would not take back still tiles correctly.
+            return;
+        }
+        let mut id = r.first_chunk;
+        while id != NIL {
+            let next = self.chunks.get(id).next;
+            self.bins.remove(id);
+            if let Some(p) = self.pages.as_deref_mut() {
+                p.unmapped.remove(id);
+            }
+            self.chunks.remove(id);
+            id = next;
+        }
+        self.regions.remove(slot);
+        if let Some(p) = self.pages.as_deref_mut() {
+            p.pages.remove_range(slot);
+        }
+    }
+
+    /// Maps the pages `plan` needs, within the budget (`arena.max_mem`) and the headroom
+    /// over the peak, unmapping free pages elsewhere first where those say so. Returns the
+    /// free chunk that now holds the first mapped page (or `plan.w0` when nothing was
+    /// missing).
+    fn vm_map(
+        &mut self,
+        vm: &dyn VirtualMemory,
+        config: &ArenaConfig,
+        plan: Plan,
+        rounded: u64,
+        size: u64,
+    ) -> Result<u32> {
+        let page = self.paged()?.page();
+        let need = plan.m1 - plan.m0;
+        let keep = Some((
+            plan.slot,
+            floor_to(plan.w0, page),
+            ceil_to(plan.w0 + rounded, page),
+        ));
+        if need > 0 {
+            // The budget: mapped pages count as held.
+            let held = self.stats.total_allocated;
+            if held.saturating_add(need) > config.max_mem {
+                let over = held.saturating_add(need) - config.max_mem;
+                self.vm_unmap_free(vm, keep, over, Scan::Everything);
+                if self.stats.total_allocated.saturating_add(need) > config.max_mem {
+                    return Err(ArenaError::oom(
+                        size,
+                        format!(
+                            "mapping {need} more bytes for it would pass arena.max_mem {} ({} bytes held)",
+                            config.max_mem, self.stats.total_allocated
+                        ),
+                    ));
+                }
+            }
+            // The headroom: map past the peak only as far as it allows.
+            let p = self.paged()?;
+            let peak = self
+                .peak_chunk_bytes
+                .max(self.chunk_bytes_in_use() + rounded);
+            let cap = p.cap(peak);
+            let mapped = p.pages.mapped_bytes();
+            if mapped.saturating_add(need) > cap {
+                self.vm_unmap_free(vm, keep, mapped + need - cap, Scan::Large);
+            }
+            let mut got = vm.map(plan.m0, need);
+            if matches!(got, Err(ArenaError::OutOfMemory { .. }))
+                // Decision 7: every other wholly free page goes back, then once more.
+                && self.vm_unmap_free(vm, keep, u64::MAX, Scan::Everything).0 > 0
+            {
+                got = vm.map(plan.m0, need);
+            }
+            if let Err(e) = got {
+                return Err(oom_for(
+                    size,
+                    &format!("mapping {need} bytes at {:#x}", plan.m0),
+                    e,
+                ));
+            }
+            if let Some(p) = self.pages.as_deref_mut() {
+                p.trigger = p.threshold.unwrap_or(u64::MAX);
+            }
+            return Ok(self.vm_mark_mapped(plan.slot, plan.m0, plan.m1));
+        }
+        // Nothing to map (the span's mapped neighbours hold it): the chunk at w0.
+        Ok(self.vm_chunk_at(self.regions.get(plan.slot).first_chunk, plan.w0))
+    }
+
+    /// The chunk containing `addr`, walking from chunk `from` (in the same range) either
+    /// way.
+    fn vm_chunk_at(&self, from: u32, addr: u64) -> u32 {
+        let mut id = from;
+        loop {
+            let c = self.chunks.get(id);
+            if addr < c.addr && c.prev != NIL {
+                id = c.prev;
+            } else if addr >= c.addr + c.size && c.next != NIL {
+                id = c.next;
+            } else {
+                return id;
+            }
+        }
+    }
+
+    /// Cuts free chunk `id` at `at` bytes from its start (`0 < at < size`); both pieces keep
+    /// its stream and stay in whichever bins it was in. Returns the upper piece.
+    fn vm_cut(&mut self, id: u32, at: u64) -> u32 {
+        let c = *self.chunks.get(id);
+        let unmapped = c.stream == UNMAPPED;
+        self.vm_unbin(id, unmapped);
+        let rest = Chunk {
+            addr: c.addr + at,
+            size: c.size - at,
+            requested_size: 0,
+            prev: id,
+            next: c.next,
+            region: c.region,
+            in_use: false,
+            stream: c.stream,
+            sync_id: c.sync_id,
+            alloc_id: 0,
+        };
+        let rest_id = self.chunks.insert(rest);
+        if rest.next != NIL {
+            self.chunks.get_mut(rest.next).prev = rest_id;
+        }
+        let low = self.chunks.get_mut(id);
+        low.next = rest_id;
+        low.size = at;
+        self.vm_bin(id, unmapped);
+        self.vm_bin(rest_id, unmapped);
+        rest_id
+    }
+
+    fn vm_unbin(&mut self, id: u32, unmapped: bool) {
+        if unmapped {
+            if let Some(p) = self.pages.as_deref_mut() {
+                p.unmapped.remove(id);
+            }
+        } else {
+            self.bins.remove(id);
+        }
+    }
+
+    fn vm_bin(&mut self, id: u32, unmapped: bool) {
+        let c = *self.chunks.get(id);
+        if unmapped {
+            if let Some(p) = self.pages.as_deref_mut() {
+                p.unmapped.insert(id, c.size, c.addr);
+            }
+        } else {
+            self.bins.insert(id, c.size, c.addr);
+        }
+    }
+
+    /// The free chunks tiling exactly `[lo, hi)`, cutting the ones at either end, starting
+    /// the search at chunk `from`.
+    fn vm_pieces(&mut self, from: u32, lo: u64, hi: u64) -> Vec<u32> {
+        let mut id = self.vm_chunk_at(from, lo);
+        let c = *self.chunks.get(id);
+        if c.addr < lo {
+            id = self.vm_cut(id, lo - c.addr);
+        }
+        let mut pieces = Vec::new();
+        loop {
+            let c = *self.chunks.get(id);
+            if c.addr + c.size > hi {
+                self.vm_cut(id, hi - c.addr);
+            }
+            pieces.push(id);
+            let c = self.chunks.get(id);
+            if c.addr + c.size >= hi || c.next == NIL {
+                return pieces;
+            }
+            id = c.next;
+        }
+    }
+
+    /// Joins the free chunks `pieces` (adjacent, in address order, all in the same bins)
+    /// into the first, which leaves the bins and gets `stream`. Returns it.
+    fn vm_join(&mut self, pieces: &[u32], stream: StreamId) -> u32 {
+        let Some((&first, rest)) = pieces.split_first() else {
+            return NIL;
+        };
+        for &id in pieces {
+            let unmapped = self.chunks.get(id).stream == UNMAPPED;
+            self.vm_unbin(id, unmapped);
+        }
+        for &id in rest {
+            self.merge(first, id);
+        }
+        let c = self.chunks.get_mut(first);
+        c.stream = stream;
+        c.sync_id = 0;
+        first
+    }
+
+    /// Puts free chunk `id` (in no bins) back, merged with the neighbours its tag merges
+    /// with, and returns the chunk it ended up in.
+    fn vm_settle(&mut self, id: u32) -> u32 {
+        let mut id = id;
+        let unmapped = self.chunks.get(id).stream == UNMAPPED;
+        let next = self.chunks.get(id).next;
+        if next != NIL && self.mergeable(id, next) {
+            self.vm_unbin(next, unmapped);
+            self.merge(id, next);
+        }
+        let prev = self.chunks.get(id).prev;
+        if prev != NIL && self.mergeable(prev, id) {
+            self.vm_unbin(prev, unmapped);
+            self.merge(prev, id);
+            id = prev;
+        }
+        self.vm_bin(id, unmapped);
+        id
+    }
+
+    /// Pages `[m0, m1)` of range `slot`, in one unmapped chunk, are mapped now: they become a
+    /// mapped free chunk (no stream). Returns the chunk holding `m0`.
+    fn vm_mark_mapped(&mut self, slot: u32, m0: u64, m1: u64) -> u32 {
+        let holder = self.pages.as_deref().and_then(|p| {
+            p.unmapped_ids().into_iter().find(|&id| {
+                let c = self.chunks.get(id);
+                c.region == slot && c.addr <= m0 && m1 <= c.addr + c.size
+            })
+        });
+        let Some(holder) = holder else {
+            return NIL;
+        };
+        let pieces = self.vm_pieces(holder, m0, m1);
+        let id = self.vm_join(&pieces, 0);
+        if let Some(p) = self.pages.as_deref_mut() {
+            p.pages.set_run(slot, m0, m1 - m0, true);
+            self.stats.total_allocated += m1 - m0;
+            self.stats.num_arena_extensions = p.pages.extents();
+        }
+        self.vm_settle(id)
+    }
+
+    /// Makes `[w0, w1)`, covered by mapped free chunks the caller may take (one of them
+    /// `near`), one free chunk in the bins with no stream, and returns it.
+    fn vm_carve(&mut self, near: u32, w0: u64, w1: u64) -> u32 {
+        let pieces = self.vm_pieces(near, w0, w1);
+        let id = self.vm_join(&pieces, 0);
+        self.vm_bin(id, false);
+        id
+    }
+
+    /// Wholly free mapped page runs, as `(slot, addr, len, a chunk of the run)`, outside
+    /// `keep`.
+    fn vm_free_runs(&self, keep: Keep, scan: Scan) -> Vec<(u32, u64, u64, u32)> {
+        let Some(p) = self.pages.as_deref() else {
+            return Vec::new();
+        };
+        let page = p.page();
+        // Spans of adjacent mapped free chunks: (slot, lo, hi, first chunk).
+        let mut spans: Vec<(u32, u64, u64, u32)> = Vec::new();
+        match scan {
+            Scan::Large => {
+                for b in bin_for_size(page)..NUM_BINS {
+                    for id in self.bins.bin_ids(b) {
+                        let c = self.chunks.get(id);
+                        spans.push((c.region, c.addr, c.addr + c.size, id));
+                    }
+                }
+            }
+            Scan::Everything => {
+                for (slot, r) in self.regions.iter() {
+                    let mut id = r.first_chunk;
+                    let mut open: Option<(u64, u32)> = None;
+                    while id != NIL {
+                        let c = self.chunks.get(id);
+                        let free = !c.in_use && c.stream != UNMAPPED;
+                        match (free, open) {
+                            (true, None) => open = Some((c.addr, id)),
+                            (false, Some((lo, first))) => {
+                                spans.push((slot, lo, c.addr, first));
+                                open = None;
+                            }
+                            _ => {}
+                        }
+                        id = c.next;
+                    }
+                    if let Some((lo, first)) = open {
+                        spans.push((slot, lo, r.base + r.size, first));
+                    }
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for (slot, lo, hi, first) in spans {
+            let (a, b) = (ceil_to(lo, page), floor_to(hi, page));
+            if a >= b {
+                continue;
+            }
+            // Cut out the pages a mapping in progress is for.
+            match keep {
+                Some((ks, klo, khi)) if ks == slot => {
+                    if a < klo {
+                        out.push((slot, a, b.min(klo) - a, first));
+                    }
+                    if b > khi {
+                        let s = a.max(khi);
+                        out.push((slot, s, b - s, first));
+                    }
+                }
+                _ => out.push((slot, a, b - a, first)),
+            }
+        }
+        out
+    }
+
+    /// Unmaps wholly free pages (outside `keep`), highest addresses first, until `target`
+    /// bytes are unmapped or none are left. Returns the runs unmapped and the first error
+    /// (the pass stops there; what it unmapped stays unmapped).
+    fn vm_unmap_free(
+        &mut self,
+        vm: &dyn VirtualMemory,
+        keep: Keep,
+        target: u64,
+        scan: Scan,
+    ) -> (usize, Option<ArenaError>) {
+        let Ok(page) = self.paged().map(Paged::page) else {
+            return (0, None);
+        };
+        let mut runs = self.vm_free_runs(keep, scan);
+        // Highest addresses first: the fit packs low, so the top is likeliest to stay free.
+        runs.sort_unstable_by_key(|r| std::cmp::Reverse(r.1));
+        let (mut freed, mut count) = (0u64, 0usize);
+        for (slot, a, n, first) in runs {
+            if freed >= target {
+                break;
+            }
+            // The top of the run, in whole pages, as much as is still wanted.
+            let take = n.min(ceil_to(target - freed, page));
+            let start = a + n - take;
+            if let Err(e) = vm.unmap(start, take) {
+                return (count, Some(e));
+            }
+            let pieces = self.vm_pieces(first, start, start + take);
+            let id = self.vm_join(&pieces, UNMAPPED);
+            self.vm_settle(id);
+            if let Some(p) = self.pages.as_deref_mut() {
+                p.pages.set_run(slot, start, take, false);
+                self.stats.total_allocated -= take;
+                self.stats.num_arena_extensions = p.pages.extents();
+            }
+            self.stats.num_arena_shrinkages += 1;
+            freed += take;
+            count += 1;
+        }
+        (count, None)
+    }
+
+    /// After a free: with `arena.vm_unmap_threshold_bytes` set, unmaps wholly free pages past
+    /// it. Off the common path unless the threshold is passed.
+    #[inline]
+    pub(super) fn vm_after_free(&mut self, vm: &dyn VirtualMemory) {
+        let Some(p) = self.pages.as_deref() else {
+            return;
+        };
+        let free = p
+            .pages
+            .mapped_bytes()
+            .saturating_sub(self.stats.in_use - self.stats.reserved_bytes);
+        if free > p.trigger {
+            self.vm_trim(vm, free);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn vm_trim(&mut self, vm: &dyn VirtualMemory, free: u64) {
+        let Some(threshold) = self.pages.as_deref().and_then(|p| p.threshold) else {
+            return;
+        };
+        // An unmap the backend refuses leaves its pages mapped and counted; the next trim
+        // tries again.
+        let _ = self.vm_unmap_free(vm, None, free - threshold, Scan::Large);
+        let left = self
+            .pages
+            .as_deref()
+            .map_or(0, |p| p.pages.mapped_bytes())
+            .saturating_sub(self.chunk_bytes_in_use());
+        if let Some(p) = self.pages.as_deref_mut() {
+            p.trigger = threshold.max(left.saturating_add(p.page()));
+        }
+    }
+
+    /// Shrink and decision 7: unmaps every wholly free page and gives back the ranges with
+    /// nothing in use. Returns how many runs of pages were unmapped and the first error.
+    pub(super) fn vm_release_all_free(
+        &mut self,
+        vm: &dyn VirtualMemory,
+    ) -> (usize, Option<ArenaError>) {
+        let (count, err) = self.vm_unmap_free(vm, None, u64::MAX, Scan::Everything);
+        if err.is_none() {
+            for slot in self.idle_regions() {
+                self.vm_drop_range(vm, slot);
+            }
+        }
+        if let Some(p) = self.pages.as_deref_mut() {
+            p.trigger = p.threshold.unwrap_or(u64::MAX);
+        }
+        (count, err)
+    }
+
+    /// Retire: unmaps every page and gives back every range. Errors cannot be reported; the
+    /// backend's counters show what came back.
+    pub(super) fn vm_retire(&mut self, vm: &dyn VirtualMemory) {
+        let Some(p) = self.pages.as_deref_mut() else {
+            return;
+        };
+        let page = p.page();
+        for (slot, r) in self.regions.iter() {
+            for (a, n) in p.pages.extents_of(slot) {
+                let _ = vm.unmap(a, n);
+            }
+            let _ = vm.release(r.base, r.size);
+        }
+        p.pages = PageTable::new(page);
+        p.unmapped = FreeBins::new();
+        p.trigger = p.threshold.unwrap_or(u64::MAX);
+    }
+
+    /// The memory log's regions: each mapped extent with its chunks (unmapped free chunks
+    /// separate the extents).
+    pub(super) fn vm_log_regions(&self) -> Vec<RegionLog> {
+        let Some(p) = self.pages.as_deref() else {
+            return Vec::new();
+        };
+        let shift = p.page().trailing_zeros();
+        let mut out = Vec::new();
+        for (_, r) in self.regions.iter() {
+            let mut id = r.first_chunk;
+            let mut extent: Option<RegionLog> = None;
+            while id != NIL {
+                let c = self.chunks.get(id);
+                if c.stream == UNMAPPED {
+                    out.extend(extent.take());
+                } else {
+                    let e = extent.get_or_insert_with(|| RegionLog {
+                        id: (r.id << 32) | ((c.addr - r.base) >> shift),
+                        base: c.addr,
+                        size: 0,
+                        chunks: Vec::new(),
+                    });
+                    e.size += c.size;
+                    e.chunks.push(ChunkLog {
+                        addr: c.addr,
+                        size: c.size,
+                        requested_size: c.requested_size,
+                        in_use: c.in_use,
+                        stream: (c.stream != 0).then_some(c.stream),
+                        sync_id: c.sync_id,
+                        alloc_id: c.in_use.then_some(c.alloc_id),
+                    });
+                }
+                id = c.next;
+            }
+            out.extend(extent);
+        }
+        out
+    }
+
+    /// Invariants of the pages: the counts match the bits; unmapped free chunks are whole
+    /// unmapped pages and every other chunk lies in mapped pages; the backend counts what the
+    /// arena mapped. Returns `(mapped bytes, extents)`.
+    pub(super) fn vm_check(
+        &self,
+        vm: Option<&dyn VirtualMemory>,
+    ) -> std::result::Result<(u64, u64), String> {
+        let p = self.paged().map_err(|e| e.to_string())?;
+        let page = p.page();
+        let (bytes, extents) = p.pages.recount();
+        if (bytes, extents) != (p.pages.mapped_bytes(), p.pages.extents()) {
+            return Err(format!(
+                "the page table says {} bytes in {} extents, its bits {bytes} in {extents}",
+                p.pages.mapped_bytes(),
+                p.pages.extents()
+            ));
+        }
+        let mut unmapped_chunks = 0;
+        for (slot, r) in self.regions.iter() {
+            let mut id = r.first_chunk;
+            while id != NIL {
+                let c = self.chunks.get(id);
+                if c.stream == UNMAPPED {
+                    unmapped_chunks += 1;
+                    if c.in_use
+                        || !c.addr.is_multiple_of(page)
+                        || !c.size.is_multiple_of(page)
+                        || p.pages.unmapped_pages(slot, c.addr, c.size) != c.size / page
+                        || self.bins.contains(id)
+                    {
+                        return Err(format!(
+                            "unmapped chunk {id} at {:#x} (+{}) is not whole unmapped pages out of the bins",
+                            c.addr, c.size
+                        ));
+                    }
+                } else if !p.pages.all_mapped(slot, c.addr, c.size) || p.unmapped.contains(id) {
+                    return Err(format!(
+                        "chunk {id} at {:#x} (+{}) lies in part in unmapped pages",
+                        c.addr, c.size
+                    ));
+                }
+                id = c.next;
+            }
+        }
+        if unmapped_chunks != p.unmapped.len() {
+            return Err(format!(
+                "{} chunks in the unmapped bins, {unmapped_chunks} unmapped chunks",
+                p.unmapped.len()
+            ));
+        }
+        p.unmapped.check()?;
+        if let Some(vm) = vm {
+            if vm.mapped_bytes() != bytes {
+                return Err(format!(
+                    "the backend has {} bytes mapped, the arena {bytes}",
+                    vm.mapped_bytes()
+                ));
+            }
+        }
+        Ok((bytes, extents))
+    }
+}
+
+/// `e` as the out-of-memory error of an allocation of `size` bytes (other errors as they
+/// are).
+fn oom_for(size: u64, what: &str, e: ArenaError) -> ArenaError {
+    match e {
+        ArenaError::OutOfMemory { reason, .. } => {
+            ArenaError::oom(size, format!("{what} for it: {reason}"))
+        }
+        e => e,
+    }
+}
