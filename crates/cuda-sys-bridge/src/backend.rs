@@ -6,7 +6,7 @@ use crate::events::CudaEvents;
 use crate::pool::CudaPoolAllocator;
 use crate::raw::{device_stats, CudaRawAllocator, Ledger};
 use crate::stream::CudaStream;
-use cuda_arena_core::backend::SharedRaw;
+use cuda_arena_core::backend::{SharedRaw, SharedVm};
 use cuda_arena_core::{
     Allocator, ArenaConfig, ArenaError, Backend, HostAllocator, MemoryKind, RawStats, Result,
     StreamEvents,
@@ -84,6 +84,14 @@ impl CudaBackend {
         crate::DefaultPoolAllocator::new(self.gpu(device)?.ctx.clone())
     }
 
+    /// The virtual-memory form of `device`'s memory (what `arena.use_virtual_memory=1`
+    /// builds its arena on), outside any factory: for tests and benchmarks. "not supported"
+    /// (`ERR_ARENA_INVALID_ARGUMENT`) on a device without virtual-memory management.
+    pub fn virtual_memory_of(&self, device: u32) -> Result<crate::CudaVirtualMemory> {
+        let g = self.gpu(device)?;
+        crate::CudaVirtualMemory::new(g.ctx.clone(), g.ledger.clone())
+    }
+
     /// The raw device-memory allocator of `device`, for baselines.
     pub fn device_memory(&self, device: u32) -> Result<CudaRawAllocator> {
         let g = self.gpu(device)?;
@@ -132,6 +140,14 @@ impl Backend for CudaBackend {
     fn device_stats(&self, device: u32) -> Result<RawStats> {
         let g = self.gpu(device)?;
         device_stats(&g.ctx, &g.ledger)
+    }
+
+    fn virtual_memory(&self, device: u32) -> Result<SharedVm> {
+        let g = self.gpu(device)?;
+        Ok(Arc::new(crate::CudaVirtualMemory::new(
+            g.ctx.clone(),
+            g.ledger.clone(),
+        )?))
     }
 
     fn stream_events(&self, device: u32) -> Option<Arc<dyn StreamEvents>> {

@@ -313,6 +313,120 @@ pub(crate) fn default_mem_pool(dev: CUdevice) -> Result<CUmemoryPool> {
     unsafe { cu::device::get_default_mem_pool(dev) }.map_err(map("cuDeviceGetDefaultMemPool", 0))
 }
 
+/// Properties of device memory for the virtual-memory calls: pinned, on device `device`.
+fn vm_props(device: u32) -> sys::CUmemAllocationProp {
+    // SAFETY: an all-zero CUmemAllocationProp is a valid "no options" value; we then set the
+    // fields that matter.
+    let mut prop: sys::CUmemAllocationProp = unsafe { std::mem::zeroed() };
+    prop.type_ = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.requestedHandleTypes = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE;
+    prop.location = sys::CUmemLocation {
+        type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+        id: device as i32,
+    };
+    prop
+}
+
+/// Whether device `dev` supports the virtual-memory management calls.
+pub(crate) fn vmm_supported(dev: CUdevice) -> Result<bool> {
+    device_attribute(
+        dev,
+        sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+    )
+    .map(|v| v != 0)
+}
+
+/// The smallest size `cuMemCreate` takes for device memory of `device` (2 MiB on an H100).
+pub(crate) fn mem_granularity(device: u32) -> Result<u64> {
+    let prop = vm_props(device);
+    let mut g: usize = 0;
+    // SAFETY: `prop` is fully initialised and `g` is a valid out-pointer.
+    unsafe {
+        sys::cuMemGetAllocationGranularity(
+            &mut g,
+            &prop,
+            sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM,
+        )
+    }
+    .result()
+    .map_err(map("cuMemGetAllocationGranularity", 0))?;
+    Ok(g as u64)
+}
+
+/// Reserves `size` bytes of device address space aligned to `align`, no memory behind it.
+pub(crate) fn mem_address_reserve(size: u64, align: u64) -> Result<u64> {
+    let mut ptr: sys::CUdeviceptr = 0;
+    // SAFETY: `ptr` is a valid out-pointer; the range is given back by `mem_address_free`.
+    unsafe { sys::cuMemAddressReserve(&mut ptr, size as usize, align as usize, 0, 0) }
+        .result()
+        .map_err(map("cuMemAddressReserve", size))?;
+    Ok(ptr)
+}
+
+pub(crate) fn mem_address_free(ptr: u64, size: u64) -> Result<()> {
+    // SAFETY: `[ptr, ptr+size)` came from `mem_address_reserve` with nothing mapped in it
+    // (the caller's reservations say so), and is given back once.
+    unsafe { sys::cuMemAddressFree(ptr, size as usize) }
+        .result()
+        .map_err(map("cuMemAddressFree", 0))
+}
+
+/// Physical device memory of `size` bytes (a multiple of the granularity) on `device`.
+pub(crate) fn mem_create(size: u64, device: u32) -> Result<sys::CUmemGenericAllocationHandle> {
+    let prop = vm_props(device);
+    let mut handle: sys::CUmemGenericAllocationHandle = 0;
+    // SAFETY: `prop` is fully initialised and `handle` a valid out-pointer; the handle is
+    // released by `mem_release`.
+    unsafe { sys::cuMemCreate(&mut handle, size as usize, &prop, 0) }
+        .result()
+        .map_err(map("cuMemCreate", size))?;
+    Ok(handle)
+}
+
+/// Maps all of `handle` (`size` bytes) at `ptr`.
+pub(crate) fn mem_map(
+    ptr: u64,
+    size: u64,
+    handle: sys::CUmemGenericAllocationHandle,
+) -> Result<()> {
+    // SAFETY: `[ptr, ptr+size)` lies in a reservation of ours with nothing mapped there (the
+    // caller checked) and `handle` is a live allocation of exactly `size` bytes.
+    unsafe { sys::cuMemMap(ptr, size as usize, 0, handle, 0) }
+        .result()
+        .map_err(map("cuMemMap", size))
+}
+
+/// Lets device `device` read and write `[ptr, ptr+size)`, which is mapped.
+pub(crate) fn mem_set_access(ptr: u64, size: u64, device: u32) -> Result<()> {
+    let desc = sys::CUmemAccessDesc {
+        location: sys::CUmemLocation {
+            type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+            id: device as i32,
+        },
+        flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+    };
+    // SAFETY: the range is mapped memory of ours; `desc` is one fully initialised entry.
+    unsafe { sys::cuMemSetAccess(ptr, size as usize, &desc, 1) }
+        .result()
+        .map_err(map("cuMemSetAccess", size))
+}
+
+pub(crate) fn mem_unmap(ptr: u64, size: u64) -> Result<()> {
+    // SAFETY: `[ptr, ptr+size)` is exactly one mapping of ours that no live allocation uses
+    // and no queued work touches (the caller synchronised the context first).
+    unsafe { sys::cuMemUnmap(ptr, size as usize) }
+        .result()
+        .map_err(map("cuMemUnmap", 0))
+}
+
+pub(crate) fn mem_release(handle: sys::CUmemGenericAllocationHandle) -> Result<()> {
+    // SAFETY: `handle` came from `mem_create` and is released once; a mapping of it keeps the
+    // memory until it is unmapped.
+    unsafe { sys::cuMemRelease(handle) }
+        .result()
+        .map_err(map("cuMemRelease", 0))
+}
+
 /// A `CUstream` as the `u64` arena-core's streams carry, and back.
 pub(crate) fn stream_to_u64(s: CUstream) -> u64 {
     s as u64

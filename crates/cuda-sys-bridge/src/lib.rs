@@ -13,6 +13,7 @@ mod events;
 mod pool;
 mod raw;
 mod stream;
+mod vmm;
 
 pub use availability::{cuda_available, ensure_cuda};
 pub use backend::CudaBackend;
@@ -22,3 +23,4 @@ pub use events::{CudaEvents, IDLE_EVENTS_KEPT};
 pub use pool::CudaPoolAllocator;
 pub use raw::CudaRawAllocator;
 pub use stream::{CudaEvent, CudaStream};
+pub use vmm::CudaVirtualMemory;

@@ -16,6 +16,25 @@ pub(crate) struct Ledger {
     stats: RawStats,
 }
 
+impl Ledger {
+    /// Counts a map of `len` bytes by the virtual-memory form: one raw allocation.
+    pub(crate) fn record_map(&mut self, len: u64) {
+        self.stats.raw_allocs += 1;
+        self.stats.raw_bytes_outstanding += len;
+    }
+
+    /// Counts an unmap of `len` bytes: one raw free.
+    pub(crate) fn record_unmap(&mut self, len: u64) {
+        self.stats.raw_frees += 1;
+        self.stats.raw_bytes_outstanding -= len;
+    }
+
+    /// Counts a refused request.
+    pub(crate) fn record_failure(&mut self) {
+        self.stats.raw_failures += 1;
+    }
+}
+
 /// A raw allocator for device or pinned memory of one GPU.
 #[derive(Debug, Clone)]
 pub struct CudaRawAllocator {
