@@ -121,6 +121,7 @@ ${warning}<p id="failed" class="warning" hidden></p>
 <button id="at-peaks" type="button">each at its peak held</button>
 <span class="sep"></span>
 <span id="range"></span> <button id="zoom-out" type="button">zoom out</button> <button id="zoom-reset" type="button">whole trace</button>
+<label><input id="fit-y" type="checkbox"> bytes axis fitted to the ops in view</label>
 <span class="sep"></span>
 <label>bands <input id="detail" type="range" min="100" max="20000" step="100" value="${DEFAULT_BANDS}"> <output id="detail-value">${DEFAULT_BANDS.toLocaleString('en')}</output> largest</label>
 </div>

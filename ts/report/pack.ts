@@ -76,14 +76,24 @@ export type TableName = keyof typeof TABLES
 /** Zigzag: 0, -1, 1, -2 … as 0, 1, 2, 3 …, for numbers that may be negative. */
 const zigzag = (n: number): number => (n >= 0 ? 2 * n : -2 * n - 1)
 
-/** Appends `n` (a whole number 0 … 2^53) as an unsigned LEB128 varint. */
-function varint(out: number[], n: number): void {
-  // Division, not bit operations: these go past 2^32.
-  while (n >= 128) {
-    out.push((n % 128) + 128)
-    n = Math.floor(n / 128)
+/** Bytes written one varint at a time. */
+class Bytes {
+  /** A varint of a number below 2^56 takes at most 8 bytes. */
+  readonly buf: Uint8Array
+  length = 0
+  constructor(values: number) {
+    this.buf = new Uint8Array(values * 8)
   }
-  out.push(n)
+
+  /** Appends `n` (a whole number 0 … 2^55) as an unsigned LEB128 varint. */
+  varint(n: number): void {
+    // Division, not bit operations: these go past 2^32.
+    while (n >= 128) {
+      this.buf[this.length++] = (n % 128) + 128
+      n = Math.floor(n / 128)
+    }
+    this.buf[this.length++] = n
+  }
 }
 
 /** The largest `s ≤ 16` such that every number of `values` is a multiple of 2^s. */
@@ -103,29 +113,29 @@ function column(data: Float64Array, stride: number, offset: number): Float64Arra
 }
 
 /** Packs a column's numbers, divided by 2^shift, as varints after `transform`. */
-function transformed(values: Float64Array, shift: number, transform: Transform, base: Float64Array | undefined): number[] {
-  const out: number[] = []
+function transformed(values: Float64Array, shift: number, transform: Transform, base: Float64Array | undefined): Uint8Array {
+  const out = new Bytes(values.length)
   const unit = 2 ** shift
   let prev = 0
   for (let i = 0; i < values.length; i++) {
     const v = values[i] / unit
     switch (transform) {
       case 'plain':
-        varint(out, v)
+        out.varint(v)
         break
       case 'delta':
-        varint(out, zigzag(v - prev))
+        out.varint(zigzag(v - prev))
         prev = v
         break
       case 'life':
-        varint(out, v < 0 ? 0 : v - (base as Float64Array)[i] + 1)
+        out.varint(v < 0 ? 0 : v - (base as Float64Array)[i] + 1)
         break
       case 'over':
-        varint(out, zigzag(v - Math.ceil((base as Float64Array)[i] / unit)))
+        out.varint(zigzag(v - Math.ceil((base as Float64Array)[i] / unit)))
         break
     }
   }
-  return out
+  return out.buf.slice(0, out.length)
 }
 
 /** Collects columns into one blob. */
@@ -164,7 +174,7 @@ export class Packer {
       const [transform, baseName] = spec.columns[col]
       // `life` counts ops: no unit.
       const shift = transform === 'life' ? 0 : commonShift(raw[col])
-      const bytes = Uint8Array.from(transformed(raw[col], shift, transform, baseName ? raw[baseName] : undefined))
+      const bytes = transformed(raw[col], shift, transform, baseName ? raw[baseName] : undefined)
       columns[col] = { at: this.place(bytes), bytes: bytes.length, transform, base: baseName, shift }
     }
     return { rows, columns }

@@ -47,6 +47,8 @@ interface View {
   to: number
   picked: number | null
   detail: number
+  /** Whether the bytes axis starts below the least requested in view rather than at 0. */
+  fitY: boolean
 }
 
 /** The page's state. */
@@ -55,6 +57,8 @@ interface Ctx {
   runs: Run[]
   view: View
   tip: HTMLElement
+  /** Each timeline's columns, to move its picked-op line without drawing it again. */
+  charts: { svg: SVGSVGElement; cols: Cols }[]
 }
 
 /** Column boundaries of a chart: column j covers ops [b[j], b[j+1]) and pixels [x[j], x[j+1]). */
@@ -387,26 +391,35 @@ function stepPath(cols: Cols, values: Float64Array, y: (v: number) => number): s
   return d
 }
 
-/** The largest bytes held in view over every config: the charts' common scale. */
-function yMaxInView(ctx: Ctx): number {
+/** The timelines' common bytes axis: 0 (or, fitted, a little under the least requested
+ * in view) to a little over the most held in view, over every config. */
+function yRangeInView(ctx: Ctx): [number, number] {
   let max = 1
+  let min = Infinity
   for (const run of ctx.runs) {
     const ops = run.held.col.op
     const bytes = run.held.col.bytes
     max = Math.max(max, heldAt(run, ctx.view.from))
     for (let i = 0; i < ops.length; i++) if (ops[i] > ctx.view.from && ops[i] <= ctx.view.to) max = Math.max(max, bytes[i])
-    for (let k = ctx.view.from; k <= ctx.view.to; k++) if (run.requested[k] > max) max = run.requested[k]
+    for (let k = ctx.view.from; k <= ctx.view.to; k++) {
+      if (run.requested[k] > max) max = run.requested[k]
+      if (run.requested[k] < min) min = run.requested[k]
+    }
   }
+  if (!ctx.view.fitY || !(min < max)) return [0, max * 1.08]
+  const lo = Math.max(0, min - (max - min) * 0.1)
   // Room above the highest line for the peak's label.
-  return max * 1.08
+  return [lo, max + (max - lo) * 0.08]
 }
 
-/** The axes of a chart: bytes on the left, ops below. */
-function axes(cols: Cols, top: number, height: number, yMax: number, y: (v: number) => number, withOps: boolean): string {
+/** The axes of a chart: bytes on the left (from `yMin` to `yMax`), ops below. */
+function axes(cols: Cols, top: number, height: number, yMin: number, yMax: number, y: (v: number) => number, withOps: boolean): string {
   const left = cols.x[0]
   const right = cols.x[cols.n]
   let s = ''
-  for (const v of byteTicks(yMax, 4)) {
+  const span = byteTicks(yMax - yMin, 4)
+  const step = span.length > 1 ? span[1] : yMax
+  for (let v = Math.ceil(yMin / step) * step; v <= yMax; v += step) {
     const yy = y(v).toFixed(1)
     s += `<line class="grid" x1="${left}" x2="${right}" y1="${yy}" y2="${yy}"/><text x="${left - 6}" y="${(y(v) + 4).toFixed(1)}" text-anchor="end">${esc(fmtBytes(v))}</text>`
   }
@@ -425,13 +438,28 @@ function axes(cols: Cols, top: number, height: number, yMax: number, y: (v: numb
 }
 
 /** One config's timeline: bands, lines, its peak, failed allocations, the picked op. */
-function drawTimeline(ctx: Ctx, run: Run, host: HTMLElement, width: number, yMax: number): void {
+function drawTimeline(ctx: Ctx, run: Run, host: HTMLElement, width: number, [yMin, yMax]: [number, number]): void {
   const [left, top, height] = [76, 8, 200]
   const plotW = Math.max(50, width - left - 36)
   const cols = columns(ctx.view, left, plotW)
-  const y = (v: number): number => top + height * (1 - v / yMax)
+  const y = (v: number): number => top + height * (1 - (v - yMin) / (yMax - yMin))
   const peaks = columnPeaks(run, cols)
-  const { bands, drawnSum } = stackBands(run, peaks.rep)
+  // Bands whose offsets change often cost many points: past a budget, fewer allocations are
+  // drawn one by one (the rest join the grey band), so any trace draws quickly.
+  let detail = ctx.view.detail
+  let stacked = stackBands(run, peaks.rep)
+  for (;;) {
+    let points = 0
+    stacked.bands.forEach((b) => {
+      for (let t = 1; t < b.offs.length; t++) if (b.offs[t] !== b.offs[t - 1]) points++
+      points += 2
+    })
+    if (points <= 200_000 || detail <= 20) break
+    detail = Math.max(20, Math.floor((detail * 200_000) / points))
+    chooseDrawn(run, detail, ctx.view.from, ctx.view.to)
+    stacked = stackBands(run, peaks.rep)
+  }
+  const { bands, drawnSum } = stacked
   const a = run.allocs.col
   let polys = ''
   bands.forEach((band, i) => {
@@ -450,14 +478,15 @@ function drawTimeline(ctx: Ctx, run: Run, host: HTMLElement, width: number, yMax
   if (px !== null) {
     marks += `<line class="peak" x1="${px.toFixed(1)}" x2="${px.toFixed(1)}" y1="${top}" y2="${top + height}"/><text class="peak-label" x="${(px + 4).toFixed(1)}" y="${top + 12}">peak held ${esc(fmtBytes(run.meta.summary.peakHeld))} after op ${esc(fmtInt(run.meta.peakHeldAt))}</text>`
   }
-  const picked = ctx.view.picked === null ? null : xOf(cols, ctx.view.picked)
-  if (picked !== null) marks += `<line class="picked" x1="${picked.toFixed(1)}" x2="${picked.toFixed(1)}" y1="${top}" y2="${top + height}"/>`
+  marks += `<line class="picked" x1="0" x2="0" y1="${top}" y2="${top + height}" visibility="hidden"/>`
   const h = top + height + 22
   host.innerHTML = `<svg class="chart" width="${width}" height="${h}" viewBox="0 0 ${width} ${h}" role="img" aria-label="memory of ${esc(run.meta.label)} over the ops">
-<rect class="plot" x="${left}" y="${top}" width="${plotW}" height="${height}"/>${axes(cols, top, height, yMax, y, true)}
-<g class="bands">${polys}</g>
-<path class="series held" d="${stepPath(cols, peaks.held, y)}"/><path class="series in-use" d="${stepPath(cols, peaks.inUse, y)}"/><path class="series requested" d="${stepPath(cols, peaks.requested, y)}"/>
+<clipPath id="plot-${run.index}"><rect x="${left}" y="${top}" width="${plotW}" height="${height}"/></clipPath>
+<rect class="plot" x="${left}" y="${top}" width="${plotW}" height="${height}"/>${axes(cols, top, height, yMin, yMax, y, true)}
+<g class="bands" clip-path="url(#plot-${run.index})">${polys}</g>
+<g clip-path="url(#plot-${run.index})"><path class="series held" d="${stepPath(cols, peaks.held, y)}"/><path class="series in-use" d="${stepPath(cols, peaks.inUse, y)}"/><path class="series requested" d="${stepPath(cols, peaks.requested, y)}"/></g>
 ${marks}<rect class="brush" x="0" y="${top}" width="0" height="${height}"/></svg>`
+  ctx.charts.push({ svg: host.querySelector('svg') as SVGSVGElement, cols })
   wireChart(ctx, host, cols, (target, k) => {
     const i = target.getAttribute('data-alloc')
     if (i !== null) return allocTip(ctx, run, Number(i))
@@ -537,7 +566,7 @@ function hideTip(ctx: Ctx): void {
 function drawOverview(ctx: Ctx, host: HTMLElement, width: number): void {
   const [left, top, height] = [76, 8, 90]
   const plotW = Math.max(50, width - left - 36)
-  const whole: View = { from: 0, to: ctx.data.ops, picked: null, detail: 0 }
+  const whole: View = { from: 0, to: ctx.data.ops, picked: null, detail: 0, fitY: false }
   const cols = columns(whole, left, plotW)
   let yMax = 1
   const lines = ctx.runs.map((run) => {
@@ -556,7 +585,7 @@ function drawOverview(ctx: Ctx, host: HTMLElement, width: number): void {
   const x1 = xOf(cols, ctx.view.to) ?? left + plotW
   const h = top + height + 22
   host.innerHTML = `<svg class="overview" width="${width}" height="${h}" viewBox="0 0 ${width} ${h}" role="img" aria-label="bytes held by every config over the whole trace">
-<rect class="plot" x="${left}" y="${top}" width="${plotW}" height="${height}"/>${axes(cols, top, height, yMax, y, true)}${paths}
+<rect class="plot" x="${left}" y="${top}" width="${plotW}" height="${height}"/>${axes(cols, top, height, 0, yMax, y, true)}${paths}
 <rect class="window" x="${x0.toFixed(1)}" y="${top}" width="${Math.max(1, x1 - x0).toFixed(1)}" height="${height}"/><rect class="brush" x="0" y="${top}" width="0" height="${height}"/></svg>`
   wireChart(ctx, host, cols, (_t, k) => ctx.runs.map((run) => `<span style="color:${run.meta.color}">■</span> ${esc(run.meta.label)}: held ${esc(fmtBytes(heldAt(run, k)))}`).join('<br>') + `<br>after op ${fmtInt(k)}`)
 }
@@ -619,8 +648,29 @@ function drawMap(ctx: Ctx, run: Run, host: HTMLElement, k: number, width: number
   }
   const rect = (p: Piece, cls: string, attrs: string, part: number): string =>
     `<rect class="${cls}" x="${p.x.toFixed(2)}" y="${p.row * (rowH + 4) + 2}" width="${Math.max(0.4, p.w).toFixed(2)}" height="${rowH - 4}"${attrs}${part ? ` data-part="${part}"` : ''}/>`
+  // Past this many chunks, runs of chunks under a pixel wide are drawn as one shape each (the
+  // page stays quick with a million allocations live); their tooltip counts them.
+  const dense = 2 * (used.length + owned.length) > 20_000
+  let many: { p: Piece; count: number; used: number; free: number } | null = null
+  const flush = (): void => {
+    if (many) shapes += rect(many.p, 'chunk many', ` data-count="${many.count}" data-used="${many.used}" data-free="${many.free}"`, 0)
+    many = null
+  }
   const chunk = (region: number, addr: number, size: number, cls: string, attrs: string): void => {
     pieces(cursor + (addr - rg.base[region]), size).forEach((p, n) => {
+      if (dense && p.w < 1) {
+        if (!many || many.p.row !== p.row || p.x - (many.p.x + many.p.w) > 0.01) {
+          flush()
+          many = { p: { ...p }, count: 0, used: 0, free: 0 }
+        }
+        many.p.w = p.x + p.w - many.p.x
+        if (n === 0) many.count++
+        const bytes = (p.w / rowW) * perRow
+        if (cls.startsWith('chunk used')) many.used += bytes
+        else many.free += bytes
+        return
+      }
+      flush()
       shapes += rect(p, cls, ` data-addr="${addr}" data-size="${size}"${attrs}`, n)
     })
   }
@@ -666,6 +716,7 @@ function drawMap(ctx: Ctx, run: Run, host: HTMLElement, k: number, width: number
       chunkCount++
     }
     free(end)
+    flush()
     // A gap of a few pixels between regions.
     cursor += rg.size[r] + gap
   }
@@ -687,6 +738,10 @@ function drawMap(ctx: Ctx, run: Run, host: HTMLElement, k: number, width: number
   svg.addEventListener('mousemove', (e) => {
     const t = e.target as Element
     if (!t.classList.contains('chunk')) return hideTip(ctx)
+    if (t.classList.contains('many')) {
+      const count = Number(t.getAttribute('data-count'))
+      return showTip(ctx, `<b>${esc(run.meta.label)}</b>: ${fmtInt(count)} chunks under a pixel wide each, drawn as one: about ${esc(fmtBytes(Number(t.getAttribute('data-used'))))} in use, ${esc(fmtBytes(Number(t.getAttribute('data-free'))))} free<br>after op ${fmtInt(k)}`, e)
+    }
     const i = t.getAttribute('data-alloc')
     if (i !== null) return showTip(ctx, `${allocTip(ctx, run, Number(i))}<br>(chunk ${t.getAttribute('data-part') ? 'continued' : 'shown'} after op ${fmtInt(k)})`, e)
     const stream = Number(t.getAttribute('data-stream'))
@@ -697,18 +752,33 @@ function drawMap(ctx: Ctx, run: Run, host: HTMLElement, k: number, width: number
   svg.addEventListener('mouseleave', () => hideTip(ctx))
 }
 
+/** Moves every timeline's line to the picked op (hidden when none is picked or it is out of view). */
+function showPicked(ctx: Ctx): void {
+  for (const { svg, cols } of ctx.charts) {
+    const line = svg.querySelector('line.picked') as SVGLineElement
+    const x = ctx.view.picked === null ? null : xOf(cols, ctx.view.picked)
+    line.setAttribute('visibility', x === null ? 'hidden' : 'visible')
+    if (x !== null) {
+      line.setAttribute('x1', x.toFixed(1))
+      line.setAttribute('x2', x.toFixed(1))
+    }
+  }
+}
+
 /** Draws every chart and map for the current view. */
 function render(ctx: Ctx): void {
   const started = performance.now()
   const main = document.getElementById('report') as HTMLElement
   const width = Math.max(480, main.clientWidth)
+  ctx.charts = []
   drawOverview(ctx, document.getElementById('overview') as HTMLElement, width)
-  const yMax = yMaxInView(ctx)
+  const yRange = yRangeInView(ctx)
   ctx.runs.forEach((run) => {
     chooseDrawn(run, ctx.view.detail, ctx.view.from, ctx.view.to)
-    drawTimeline(ctx, run, document.querySelector(`.timeline[data-run="${run.index}"]`) as HTMLElement, width, yMax)
+    drawTimeline(ctx, run, document.querySelector(`.timeline[data-run="${run.index}"]`) as HTMLElement, width, yRange)
   })
   renderMaps(ctx)
+  showPicked(ctx)
   const range = document.getElementById('range') as HTMLElement
   range.textContent = `ops ${fmtInt(ctx.view.from)} … ${fmtInt(ctx.view.to)} of ${fmtInt(ctx.data.ops)}`
   document.documentElement.dataset.lastRenderMs = (performance.now() - started).toFixed(0)
@@ -723,7 +793,7 @@ function renderMaps(ctx: Ctx): void {
   const most = Math.max(1, ...ctx.runs.map((r) => r.meta.summary.peakHeld))
   const perRow = 2 ** Math.ceil(Math.log2(most / 24))
   const note = document.getElementById('map-scale') as HTMLElement
-  note.textContent = `Each row is ${fmtBytes(perRow)}; a region starts a new cell. In use: red (on a stream: purple); free: green (owned by a stream: amber); reserves: grey.`
+  note.textContent = `Each row is ${fmtBytes(perRow)}; a region starts a new cell. In use: red (on a stream: purple); free: green (owned by a stream: amber); reserves: grey; runs of chunks under a pixel wide each, drawn as one: salmon.`
   ctx.runs.forEach((run, r) => {
     const k = ctx.view.picked ?? run.meta.peakHeldAt
     drawMap(ctx, run, figs[r], k, width, perRow, ctx.view.picked === null)
@@ -739,7 +809,8 @@ function renderMaps(ctx: Ctx): void {
 /** Shows the maps after op `k` (null: each config at its own peak). */
 function pick(ctx: Ctx, k: number | null): void {
   ctx.view.picked = k === null ? null : Math.max(0, Math.min(ctx.data.ops, Math.round(k)))
-  render(ctx)
+  renderMaps(ctx)
+  showPicked(ctx)
 }
 
 function zoom(ctx: Ctx, from: number, to: number): void {
@@ -768,7 +839,12 @@ async function unzip(b64: string): Promise<Uint8Array> {
 function wireControls(ctx: Ctx): void {
   const slider = document.getElementById('op') as HTMLInputElement
   const number = document.getElementById('op-number') as HTMLInputElement
-  slider.addEventListener('input', () => pick(ctx, Number(slider.value)))
+  // A slider dragged fires faster than a big map draws: draw once per frame.
+  let frame = 0
+  slider.addEventListener('input', () => {
+    cancelAnimationFrame(frame)
+    frame = requestAnimationFrame(() => pick(ctx, Number(slider.value)))
+  })
   number.addEventListener('change', () => {
     if (number.value !== '' && Number.isFinite(Number(number.value))) pick(ctx, Number(number.value))
   })
@@ -777,6 +853,11 @@ function wireControls(ctx: Ctx): void {
   ;(document.getElementById('zoom-out') as HTMLButtonElement).addEventListener('click', () => {
     const span = ctx.view.to - ctx.view.from
     zoom(ctx, ctx.view.from - span / 2, ctx.view.to + span / 2)
+  })
+  const fitY = document.getElementById('fit-y') as HTMLInputElement
+  fitY.addEventListener('change', () => {
+    ctx.view.fitY = fitY.checked
+    render(ctx)
   })
   const detail = document.getElementById('detail') as HTMLInputElement
   const detailOut = document.getElementById('detail-value') as HTMLElement
@@ -801,7 +882,7 @@ function cudaArenaReport(): void {
   unzip(b64.trim())
     .then((bytes) => {
       const runs = data.runs.map((meta, i) => loadRun(meta, i, bytes, data.ops, detail))
-      const ctx: Ctx = { data, runs, view: { from: 0, to: data.ops, picked: null, detail }, tip: document.getElementById('tip') as HTMLElement }
+      const ctx: Ctx = { data, runs, view: { from: 0, to: data.ops, picked: null, detail, fitY: false }, tip: document.getElementById('tip') as HTMLElement, charts: [] }
       wireControls(ctx)
       render(ctx)
       document.documentElement.dataset.renderMs = performance.now().toFixed(0)
@@ -843,7 +924,7 @@ export const PAGE_SCRIPT = [
     stackBands,
     stepPolygon,
     stepPath,
-    yMaxInView,
+    yRangeInView,
     axes,
     drawTimeline,
     allocTip,
@@ -853,6 +934,7 @@ export const PAGE_SCRIPT = [
     hideTip,
     drawOverview,
     drawMap,
+    showPicked,
     render,
     renderMaps,
     pick,

@@ -4,8 +4,8 @@ body{font:14px system-ui,sans-serif;margin:0;color:#222;background:#fff}
 main{margin:20px 24px;max-width:1600px}
 h1{font-size:20px;margin:0 0 4px}h2{font-size:15px;margin:18px 0 6px}h2 small{font-weight:normal;color:#666}
 .sub,.help{color:#555;margin:4px 0 10px}
-table.summary{border-collapse:collapse;margin:8px 0 12px;font-variant-numeric:tabular-nums}
-table.summary th,table.summary td{border-bottom:1px solid #ddd;padding:4px 10px;text-align:right;white-space:nowrap}
+table.summary{border-collapse:collapse;margin:8px 0 12px;font-size:13px;font-variant-numeric:tabular-nums;display:block;overflow-x:auto}
+table.summary th,table.summary td{border-bottom:1px solid #ddd;padding:3px 8px;text-align:right;white-space:nowrap}
 table.summary th[scope=row],table.summary th[scope=col]:first-child{text-align:left}
 table.summary thead th{background:#f4f4f4;font-weight:600}
 .swatch{display:inline-block;width:10px;height:10px;border-radius:2px;margin-right:6px;vertical-align:baseline}
@@ -31,7 +31,7 @@ svg{display:block;user-select:none}
 .map-fig{margin:0;flex:1;min-width:300px}.map-fig figcaption{font-weight:600}
 .map-note{color:#555;margin:2px 0 6px;font-size:12px}
 .region{fill:#f3f3f3;stroke:#999;stroke-width:.5}
-.chunk.used{fill:#d62728}.chunk.used.on-stream{fill:#9467bd}.chunk.free{fill:#b7e4c7}.chunk.free.owned{fill:#f2b134}.chunk.reserve{fill:#8c8c8c}
+.chunk.used{fill:#d62728}.chunk.used.on-stream{fill:#9467bd}.chunk.free{fill:#b7e4c7}.chunk.free.owned{fill:#f2b134}.chunk.reserve{fill:#8c8c8c}.chunk.many{fill:#e9967a}
 .chunk:hover{stroke:#000;stroke-width:1}
 .no-map{color:#555;max-width:60ch}
 .tip{position:fixed;z-index:5;max-width:440px;background:#fff;border:1px solid #999;border-radius:4px;padding:6px 8px;font-size:12px;box-shadow:0 2px 8px rgba(0,0,0,.18);pointer-events:none}
