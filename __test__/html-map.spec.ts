@@ -136,3 +136,28 @@ test("--memory-log-at past the trace's last op is refused, naming the trace's le
   t.is(r.status, 1)
   t.regex(r.stderr, /ERR_ARENA_INVALID_ARGUMENT: .*after op 9, and the trace has 8 operations/)
 })
+
+test('past 20,000 chunks a map draws runs of chunks under a pixel wide as one shape each, and counts every chunk', async (t) => {
+  const dir = tempDir()
+  const lines: object[] = []
+  for (let id = 1; id <= 30_000; id++) lines.push({ op: 'alloc', id, size: 1024 + ((id * 37) % 3000), stream: 0 })
+  for (let id = 1; id <= 30_000; id += 2) lines.push({ op: 'free', id })
+  const trace = writeTrace(dir, 'many.jsonl', lines)
+  const page = join(dir, 'report.html')
+  const at = 40_000
+  const json = replay(t, [trace, '--backend', 'virtual', '--json', '--memory-log-at', String(at), '--html', page])
+  const log = json.runs[0].memoryLogsAt?.[0].memoryLog
+  if (!log) return t.fail('no memory log')
+  const chunks = log.regions.reduce((n, r) => n + r.chunks.length, 0)
+  t.true(chunks > 20_000)
+  await withPage(t, page, async ({ tab, errors }) => {
+    await pickOp(tab, at)
+    const drawn = await tab.$$eval('figure.map-fig svg.map rect.chunk', (rs) => ({
+      shapes: rs.length,
+      counted: rs.reduce((n, r) => n + (r.classList.contains('many') ? Number(r.getAttribute('data-count')) : r.hasAttribute('data-part') ? 0 : 1), 0),
+    }))
+    t.true(drawn.shapes < 2_000, `${drawn.shapes} shapes`)
+    t.is(drawn.counted, chunks)
+    t.deepEqual(errors, [])
+  })
+})

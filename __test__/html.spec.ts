@@ -1,7 +1,7 @@
 /** The `--html` page of `cuda-arena replay` in a real browser: what it draws for the configs compared. */
 import test from 'ava'
 import { join } from 'node:path'
-import { replay, tempDir, withPage } from './html-page'
+import { replay, tempDir, withPage, writeTrace } from './html-page'
 
 test('the --html page draws in a real browser with no console errors and fetches nothing', async (t) => {
   const page = join(tempDir(), 'report.html')
@@ -91,5 +91,27 @@ test("a memory pool's map says it has no regions instead of drawing one", async 
     t.is(await maps.nth(1).locator('svg.map').count(), 0)
     t.regex((await maps.nth(1).locator('p.no-map').textContent()) ?? '', /memory pool has no regions/)
     t.is(await tab.locator('section.run svg.chart').count(), 2, 'both draw memory over the replay')
+  })
+})
+
+test('an allocation that fails for lack of memory is marked under its op on the timeline', async (t) => {
+  const dir = tempDir()
+  const trace = writeTrace(dir, 'oom.jsonl', [
+    { op: 'alloc', id: 1, size: 1 << 20, stream: 0 },
+    { op: 'alloc', id: 2, size: 8 << 20, stream: 0 },
+    { op: 'free', id: 2 },
+    { op: 'free', id: 1 },
+  ])
+  const page = join(dir, 'report.html')
+  const json = replay(t, [trace, '--backend', 'virtual', '--config', `arena.max_mem=${4 << 20}`, '--json', '--html', page])
+  t.is(json.runs[0].failedAllocs, 1)
+  await withPage(t, page, async ({ tab }) => {
+    const marks = tab.locator('section.run svg.chart path.failed')
+    t.is(await marks.count(), 1)
+    const plot = await tab.locator('section.run svg.chart rect.plot').boundingBox()
+    const mark = await marks.boundingBox()
+    if (!plot || !mark) return t.fail('no plot')
+    // Ops 0 … 4 are five columns: op 2 is the third.
+    t.is(Math.floor(((mark.x + mark.width / 2 - plot.x) / plot.width) * 5), 2)
   })
 })

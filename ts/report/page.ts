@@ -470,9 +470,15 @@ function drawTimeline(ctx: Ctx, run: Run, host: HTMLElement, width: number, [yMi
   const rest = stepPolygon(cols, 0, (t) => drawnSum[t], (t) => Math.max(drawnSum[t], peaks.inUse[t]), cols.n, y)
   polys += `<polygon class="band rest" points="${rest}"/>`
   let marks = ''
+  // One mark per column with a failure: a million failures stay a few shapes.
+  let marked = -1
   for (const k of run.failedAt) {
-    const x = xOf(cols, k)
-    if (x !== null) marks += `<path class="failed" d="M${x.toFixed(1)},${top + height}l-4,7h8z"/>`
+    if (k < cols.b[0] || k >= cols.b[cols.n]) continue
+    const c = colOf(cols, k)
+    if (c === marked) continue
+    marked = c
+    const x = xOf(cols, k) as number
+    marks += `<path class="failed" d="M${x.toFixed(1)},${top + height}l-4,7h8z"/>`
   }
   const px = xOf(cols, run.meta.peakHeldAt)
   if (px !== null) {
@@ -790,7 +796,7 @@ function renderMaps(ctx: Ctx): void {
   const figs = Array.from(host.querySelectorAll<HTMLElement>('figure.map-fig'))
   const width = Math.max(300, Math.floor((host.clientWidth - 16 * (figs.length - 1)) / Math.max(1, figs.length)))
   // One scale for every map, so their heights compare: the most held fills 24 rows.
-  const most = Math.max(1, ...ctx.runs.map((r) => r.meta.summary.peakHeld))
+  const most = Math.max(1, ...ctx.runs.filter((r) => r.meta.layout).map((r) => r.meta.summary.peakHeld))
   const perRow = 2 ** Math.ceil(Math.log2(most / 24))
   const note = document.getElementById('map-scale') as HTMLElement
   note.textContent = `Each row is ${fmtBytes(perRow)}; a region starts a new cell. In use: red (on a stream: purple); free: green (owned by a stream: amber); reserves: grey; runs of chunks under a pixel wide each, drawn as one: salmon.`
