@@ -28,7 +28,7 @@ export interface ReportRun {
     held: Float64Array
     peakHeldAt: number
     checks: number
-    mismatches: number[]
+    mismatches: number
   }
 }
 
@@ -93,7 +93,7 @@ export function renderReport(input: ReportInput): string {
     },
     peakHeldAt: r.picture.peakHeldAt,
     checks: r.picture.checks,
-    mismatches: r.picture.mismatches.length,
+    mismatches: r.picture.mismatches,
     tables: {
       allocs: packer.table('allocs', r.picture.allocs),
       regions: packer.table('regions', r.picture.regions),

@@ -261,8 +261,10 @@ pub struct JsPicture {
     pub peak_held_at: f64,
     /// How many times the followed free chunks were checked against the memory log.
     pub checks: f64,
-    /// The ops where they differed (then they were read again from the allocator).
-    pub mismatches: Vec<f64>,
+    /// How many times they differed from it (each time they were read again from the
+    /// allocator), and the first ops where they did.
+    pub mismatches: f64,
+    pub mismatched_at: Vec<f64>,
 }
 
 /// `None` as -1, for a `died` that never came.
@@ -327,7 +329,8 @@ impl From<Picture> for JsPicture {
             held: Float64Array::new(held),
             peak_held_at: p.peak_held_at as f64,
             checks: p.checks as f64,
-            mismatches: p.mismatches.iter().map(|&m| m as f64).collect(),
+            mismatches: p.mismatches as f64,
+            mismatched_at: p.mismatched_at.iter().map(|&m| m as f64).collect(),
         }
     }
 }

@@ -104,9 +104,15 @@ pub struct Picture {
     pub memory_logs: Vec<(u64, MemoryLog)>,
     /// How many times the followed chunks were checked against the memory log.
     pub checks: u64,
-    /// States where they differed (then they were read again from the allocator).
-    pub mismatches: Vec<u64>,
+    /// How many times the followed chunks differed from the memory log or lost track of a
+    /// chunk (each time, they were read again from the allocator).
+    pub mismatches: u64,
+    /// The first [`MAX_MISMATCHES_KEPT`] states where that happened.
+    pub mismatched_at: Vec<u64>,
 }
+
+/// How many states of mismatches a [`Picture`] keeps.
+pub const MAX_MISMATCHES_KEPT: usize = 16;
 
 /// A chunk of the mirror.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -158,18 +164,29 @@ impl PictureRecorder {
     /// The picture, once the replay is done.
     pub fn finish(mut self) -> Picture {
         // Free chunks a stream still owns at the end.
-        for (&addr, c) in &self.chunks {
-            if !c.in_use && c.tag != 0 {
-                self.picture.stream_free.push(StreamFreeSpan {
-                    born: c.born,
-                    died: None,
-                    addr,
-                    size: c.size,
-                    stream: self.numbers.get(&c.tag).copied().unwrap_or(u32::MAX),
-                });
-            }
-        }
+        let open: Vec<StreamFreeSpan> = self
+            .chunks
+            .iter()
+            .filter(|(_, c)| !c.in_use && c.tag != 0)
+            .map(|(&addr, c)| StreamFreeSpan {
+                born: c.born,
+                died: None,
+                addr,
+                size: c.size,
+                stream: self.number(c.tag),
+            })
+            .collect();
+        self.picture.stream_free.extend(open);
         self.picture
+    }
+
+    /// Counts a mismatch at `state` and reads the chunks again from the allocator.
+    fn mismatched(&mut self, state: u64, log: &MemoryLog) {
+        self.picture.mismatches += 1;
+        if self.picture.mismatched_at.len() < MAX_MISMATCHES_KEPT {
+            self.picture.mismatched_at.push(state);
+        }
+        self.resync(state, log);
     }
 
     fn number(&self, tag: StreamId) -> u32 {
@@ -220,8 +237,7 @@ impl PictureRecorder {
             if check {
                 self.picture.checks += 1;
                 if !self.matches(&log) {
-                    self.picture.mismatches.push(state);
-                    self.resync(state, &log);
+                    self.mismatched(state, &log);
                 }
             } else {
                 self.resync(state, &log);
@@ -471,10 +487,8 @@ impl ReplayObserver for PictureRecorder {
             Replayed::Nothing => {}
         }
         if lost {
-            // The mirror lost track: read it again from the allocator.
-            self.picture.mismatches.push(state);
             let log = allocator.memory_log();
-            self.resync(state, &log);
+            self.mismatched(state, &log);
         }
         self.picture.ops = state;
         self.observe(state, changed, now, allocator);
@@ -603,7 +617,7 @@ mod tests {
                 "chunks at state {state}"
             );
         }
-        assert_eq!(p.mismatches, Vec::<u64>::new());
+        assert_eq!((p.mismatches, &p.mismatched_at[..]), (0, &[][..]));
     }
 
     #[test]
@@ -727,6 +741,55 @@ mod tests {
             Some(2),
             "the log names the trace's stream number"
         );
+    }
+
+    /// Forwards to a recorder, and at op 100 makes its mirror wrong.
+    struct Spoiler(PictureRecorder);
+
+    impl ReplayObserver for Spoiler {
+        fn start(&mut self, allocator: &dyn Allocator, streams: &TraceStreams) -> Result<()> {
+            self.0.start(allocator, streams)
+        }
+
+        fn replayed(&mut self, index: u64, what: Replayed, a: &dyn Allocator) -> Result<()> {
+            if index == 100 {
+                if let Some(c) = self.0.chunks.values_mut().find(|c| !c.in_use) {
+                    c.tag = 12345;
+                }
+            }
+            self.0.replayed(index, what, a)
+        }
+    }
+
+    #[test]
+    fn a_mirror_that_goes_wrong_is_counted_and_read_again_from_the_memory_log() {
+        let a = arena(&[]);
+        let trace = streamed_trace(1000, 0, 4);
+        let mut spoiler = Spoiler(PictureRecorder::new(PictureOptions {
+            layout: true,
+            memory_logs_at: (0..=trace.len() as u64).collect(),
+            check_every: 1,
+        }));
+        replay_with(
+            &a,
+            &trace,
+            &TraceStreams::default(),
+            ReplayOptions {
+                observer: Some(&mut spoiler),
+                ..ReplayOptions::default()
+            },
+        )
+        .expect("replays");
+        let p = spoiler.0.finish();
+        assert_eq!((p.mismatches, &p.mismatched_at[..]), (1, &[101][..]));
+        // From the check that caught it on, the picture is the log again.
+        for (state, log) in p.memory_logs.iter().filter(|(s, _)| *s >= 101) {
+            assert_eq!(
+                p.chunks_at(*state),
+                log_chunks(log),
+                "chunks at state {state}"
+            );
+        }
     }
 
     #[test]
