@@ -1,9 +1,12 @@
-//! Many threads on one arena: 8 threads x 100,000 random ops, then the invariants.
+//! Many threads on one arena: 8 threads x 100,000 random ops, then the invariants; in the
+//! region mode and in the virtual-memory mode (issue 14), where frees and growth also unmap
+//! and map pages.
 
 mod common;
 use common::*;
 use cuda_arena_core::{
-    Allocator, Arena, ArenaConfig, HostAllocator, RawAllocator, Stream, VirtualAllocator,
+    Allocator, Arena, ArenaConfig, DeviceLimits, HostAllocator, RawAllocator, Stream,
+    VirtualAllocator, VirtualMemory,
 };
 use std::sync::{Arc, Barrier};
 
@@ -92,6 +95,84 @@ fn run_threads<R: RawAllocator + 'static>(
         .collect()
 }
 
+/// Checks the arena the threads left, frees what they left live, shrinks, and checks that
+/// nothing is held any more.
+fn check_after_threads<R: RawAllocator>(arena: &Arena<R>, mut live: Vec<(u64, u64)>) {
+    arena
+        .check_invariants()
+        .expect("consistent after the threads");
+    live.sort_unstable();
+    let mut in_use = 0;
+    for (i, &(p, size)) in live.iter().enumerate() {
+        let allocated = arena.allocated_size(p).expect("live");
+        in_use += allocated;
+        assert_eq!(arena.requested_size(p), Ok(size));
+        if let Some(&(next, _)) = live.get(i + 1) {
+            assert!(p + allocated <= next, "allocations overlap");
+        }
+    }
+    assert_eq!(arena.stats().in_use, in_use);
+    for (p, _) in live {
+        arena.free(p).expect("live");
+    }
+    arena.shrink().expect("shrink");
+    arena.check_invariants().expect("consistent");
+    let s = arena.stats();
+    assert_eq!((s.in_use, s.requested_in_use, s.total_allocated), (0, 0, 0));
+    assert_eq!(arena.raw().raw_stats().raw_bytes_outstanding, 0);
+    if let Some(vm) = arena.virtual_memory() {
+        assert_eq!(
+            vm.mapped_bytes(),
+            0,
+            "nothing mapped after freeing all and shrinking"
+        );
+    }
+}
+
+#[test]
+fn eight_threads_of_100000_random_ops_leave_a_consistent_virtual_memory_arena() {
+    let raw = VirtualAllocator::new(DeviceLimits::with_total(64 << 30)).with_granularity(64 << 10);
+    let vm: Arc<dyn VirtualMemory> = Arc::new(raw.vm());
+    // No headroom and a small threshold: the threads' frees and growth unmap and map pages
+    // all the time.
+    let arena = Arc::new(
+        Arena::with_virtual_memory(
+            raw,
+            vm,
+            config(&[
+                ("arena.vm_peak_headroom_percent", "0"),
+                ("arena.vm_unmap_threshold_bytes", "4194304"),
+            ]),
+        )
+        .expect("arena"),
+    );
+    let live = run_threads(arena.clone(), 8, 100_000);
+    assert!(
+        arena.stats().num_arena_shrinkages > 0,
+        "pages were unmapped"
+    );
+    check_after_threads(&arena, live);
+}
+
+#[test]
+fn threads_writing_their_own_allocations_in_virtual_memory_never_see_each_others_bytes() {
+    let raw = HostAllocator::new(DeviceLimits::with_total(1 << 30));
+    let vm: Arc<dyn VirtualMemory> = Arc::new(raw.vm());
+    let arena = Arc::new(
+        Arena::with_virtual_memory(
+            raw,
+            vm,
+            config(&[
+                ("arena.vm_unmap_threshold_bytes", "0"),
+                ("arena.vm_reserve_bytes", "268435456"),
+            ]),
+        )
+        .expect("arena"),
+    );
+    write_read_threads(&arena);
+    assert_eq!(arena.stats().total_allocated, 0, "every page went back");
+}
+
 #[test]
 fn eight_threads_of_100000_random_ops_leave_a_consistent_arena() {
     let arena =
@@ -124,6 +205,11 @@ fn eight_threads_of_100000_random_ops_leave_a_consistent_arena() {
 #[test]
 fn threads_writing_their_own_allocations_never_see_each_others_bytes() {
     let arena = Arc::new(Arena::new(HostAllocator::default(), config(&[])).expect("arena"));
+    write_read_threads(&arena);
+}
+
+/// 8 threads each fill their allocations with their own byte and check it on the way out.
+fn write_read_threads(arena: &Arc<Arena<HostAllocator>>) {
     let handles: Vec<_> = (0..8u8)
         .map(|t| {
             let arena = arena.clone();

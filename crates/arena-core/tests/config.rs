@@ -240,3 +240,86 @@ fn the_documented_maximum_of_max_power_of_two_extend_bytes_is_accepted_and_round
     assert_eq!(back, c);
     assert_eq!(back.to_pairs(), pairs);
 }
+
+#[test]
+fn the_virtual_memory_keys_are_parsed_into_their_fields() {
+    let c = ArenaConfig::from_pairs([
+        ("arena.use_virtual_memory", "1"),
+        ("arena.vm_page_size_bytes", "4194304"),
+        ("arena.vm_reserve_bytes", "17179869184"),
+        ("arena.vm_unmap_threshold_bytes", "0"),
+        ("arena.vm_peak_headroom_percent", "25"),
+    ])
+    .expect("valid");
+    assert!(c.use_virtual_memory);
+    assert_eq!(
+        (
+            c.vm_page_size_bytes,
+            c.vm_reserve_bytes,
+            c.vm_peak_headroom_percent
+        ),
+        (4 << 20, 16 << 30, 25)
+    );
+    assert_eq!(
+        c.vm_unmap_threshold_bytes,
+        Some(0),
+        "an explicit 0 is kept, not treated as unset"
+    );
+    let d = ArenaConfig::default();
+    assert!(!d.use_virtual_memory, "the mode is opt-in");
+    assert_eq!(
+        (
+            d.vm_page_size_bytes,
+            d.vm_reserve_bytes,
+            d.vm_unmap_threshold_bytes
+        ),
+        (0, 0, None)
+    );
+    assert_eq!(d.vm_peak_headroom_percent, 2);
+}
+
+#[test]
+fn bad_virtual_memory_values_are_rejected_naming_the_key() {
+    for (key, value) in [
+        ("arena.use_virtual_memory", "2"),
+        ("arena.use_virtual_memory", "true"),
+        ("arena.vm_page_size_bytes", "3000"),
+        ("arena.vm_page_size_bytes", "128"),
+        ("arena.vm_page_size_bytes", "2147483648"),
+        ("arena.vm_page_size_bytes", "-4096"),
+        ("arena.vm_reserve_bytes", "4611686018427387905"),
+        ("arena.vm_reserve_bytes", "1e9"),
+        ("arena.vm_unmap_threshold_bytes", " 1"),
+        ("arena.vm_unmap_threshold_bytes", "18446744073709551616"),
+        ("arena.vm_peak_headroom_percent", "1001"),
+        ("arena.vm_peak_headroom_percent", "2.5"),
+    ] {
+        let (k, v, reason) = rejection(key, value);
+        assert_eq!((k.as_str(), v.as_str()), (key, value), "{reason}");
+    }
+    assert_eq!(nearest_key("arena.vm_page_size"), keys::VM_PAGE_SIZE_BYTES);
+    assert_eq!(
+        nearest_key("arena.use_virtual_mem"),
+        keys::USE_VIRTUAL_MEMORY
+    );
+}
+
+#[test]
+fn virtual_memory_fields_built_in_code_are_validated() {
+    let c = ArenaConfig {
+        vm_page_size_bytes: 3000,
+        ..ArenaConfig::default()
+    };
+    assert_eq!(
+        c.validate().map_err(|e| e.code()),
+        Err("ERR_ARENA_INVALID_CONFIG")
+    );
+    let c = ArenaConfig {
+        vm_peak_headroom_percent: 5000,
+        ..ArenaConfig::default()
+    };
+    assert_eq!(
+        c.validate().map_err(|e| e.code()),
+        Err("ERR_ARENA_INVALID_CONFIG")
+    );
+}

@@ -189,6 +189,10 @@ fn arena_ops_corpus_reaches_every_path_the_model_checks() {
         ("refused copies past the end", total.refused_accesses),
         ("host read-backs", total.host_read_backs),
         ("retired allocators", total.retired),
+        (
+            "pages unmapped in virtual-memory mode",
+            total.vm_bytes_unmapped,
+        ),
     ];
     for (what, n) in reached {
         assert!(n > 0, "no corpus input reaches {what}: {total:?}");

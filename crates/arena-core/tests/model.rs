@@ -1,9 +1,12 @@
 //! Randomized model test: random op sequences over random valid configs and device limits
 //! on the `virtual` backend, checked after every op against a shadow model of what must
-//! hold. The case count defaults to 10,000; `MODEL_CASES` overrides it.
+//! hold, for the region arena and the virtual-memory mode (issue 14: chunks in use lie in
+//! mapped pages, the backend counts what the arena mapped, nothing is mapped after freeing
+//! everything and shrinking). The case count defaults to 10,000; `MODEL_CASES` overrides it.
 
 use cuda_arena_core::{
     Allocator, Arena, ArenaConfig, DeviceLimits, MemoryLog, RawAllocator, Stream, VirtualAllocator,
+    VirtualMemory,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -20,6 +23,8 @@ struct Tally {
     released_on_failure_path: AtomicU64,
     cross_stream_reuse: AtomicU64,
     bogus_frees: AtomicU64,
+    vm_cases: AtomicU64,
+    vm_bytes_unmapped: AtomicU64,
 }
 static TALLY: Tally = Tally {
     ops: AtomicU64::new(0),
@@ -28,6 +33,8 @@ static TALLY: Tally = Tally {
     released_on_failure_path: AtomicU64::new(0),
     cross_stream_reuse: AtomicU64::new(0),
     bogus_frees: AtomicU64::new(0),
+    vm_cases: AtomicU64::new(0),
+    vm_bytes_unmapped: AtomicU64::new(0),
 };
 
 fn count(c: &AtomicU64) {
@@ -60,6 +67,8 @@ enum Op {
 struct Setup {
     pairs: Vec<(String, String)>,
     limits: DeviceLimits,
+    /// Virtual-memory mode with this granularity (its `arena.vm_*` keys are in `pairs`).
+    vm: Option<u64>,
 }
 
 fn size() -> impl Strategy<Value = u64> {
@@ -126,7 +135,51 @@ fn setup() -> impl Strategy<Value = Setup> {
                     total_memory: total,
                     max_allocation: max_alloc.unwrap_or(u64::MAX),
                 };
-                Setup { pairs, limits }
+                Setup {
+                    pairs,
+                    limits,
+                    vm: None,
+                }
+            },
+        )
+}
+
+/// A setup in virtual-memory mode: a granularity of 4 KiB to 2 MiB, pages of 1 to 4
+/// granules, ranges of a few pages to many (so requests also need new ranges), a headroom
+/// from none to none needed, and no threshold or one from 0 up.
+fn vm_setup() -> impl Strategy<Value = Setup> {
+    (
+        setup(),
+        prop_oneof![Just(4096u64), Just(65536), Just(1 << 20), Just(2 << 20)],
+        0u32..3,
+        prop_oneof![Just(0u64), (1u64..=64).prop_map(|p| p << 20)],
+        prop_oneof![Just(0u64), Just(2), Just(10), Just(1000)],
+        proptest::option::of(prop_oneof![Just(0u64), 1u64..=(64 << 20)]),
+    )
+        .prop_map(
+            |(mut setup, granularity, shift, reserve, headroom, threshold)| {
+                let page = granularity << shift;
+                // The default range is the device's size: keep its page table small.
+                let reserve = if reserve == 0 && setup.limits.total_memory / page > (1 << 16) {
+                    page << 12
+                } else {
+                    reserve
+                };
+                setup.pairs.extend([
+                    ("arena.vm_page_size_bytes".to_string(), page.to_string()),
+                    ("arena.vm_reserve_bytes".to_string(), reserve.to_string()),
+                    (
+                        "arena.vm_peak_headroom_percent".to_string(),
+                        headroom.to_string(),
+                    ),
+                ]);
+                if let Some(t) = threshold {
+                    setup
+                        .pairs
+                        .push(("arena.vm_unmap_threshold_bytes".to_string(), t.to_string()));
+                }
+                setup.vm = Some(granularity);
+                setup
             },
         )
 }
@@ -155,6 +208,7 @@ struct Model {
     streams: Vec<Stream>,
     live: Vec<Live>,
     freed: Vec<Freed>,
+    vm: bool,
 }
 
 fn regions_removed(before: &MemoryLog, after: &MemoryLog) -> Vec<(u64, u64, u64)> {
@@ -211,9 +265,89 @@ impl Model {
         Ok(())
     }
 
+    /// Virtual-memory mode: forgets freed records (or their parts) in pages that are no longer
+    /// mapped: that memory went back to the device.
+    fn drop_unmapped(&mut self, log: &MemoryLog) {
+        if !self.vm {
+            return;
+        }
+        let extents: Vec<(u64, u64)> = log
+            .regions
+            .iter()
+            .map(|r| (r.base, r.base + r.size))
+            .collect();
+        let mut kept = Vec::new();
+        for f in std::mem::take(&mut self.freed) {
+            for &(lo, hi) in &extents {
+                let (s, e) = (f.start.max(lo), f.end.min(hi));
+                if s < e {
+                    kept.push(Freed {
+                        start: s,
+                        end: e,
+                        ..f
+                    });
+                }
+            }
+        }
+        self.freed = kept;
+    }
+
+    /// Virtual-memory mode: a failed call may have unmapped wholly free pages (decision 7),
+    /// nothing else.
+    fn check_unchanged_vm(&self, before: &MemoryLog, after: &MemoryLog) -> Result<(), String> {
+        if after.live_chunks() != before.live_chunks() || after.reserves != before.reserves {
+            return Err("a failed call changed live memory".into());
+        }
+        let (b, a) = (before.stats, after.stats);
+        let same = |s: cuda_arena_core::AllocatorStats| {
+            (
+                s.in_use,
+                s.requested_in_use,
+                s.num_allocs,
+                s.num_reserves,
+                s.max_in_use,
+            )
+        };
+        if same(b) != same(a) || a.total_allocated > b.total_allocated {
+            return Err(format!(
+                "a failed call changed stats beyond unmapping free pages: {b:?} → {a:?}"
+            ));
+        }
+        if a.total_allocated < b.total_allocated {
+            count(&TALLY.released_on_failure_path);
+            if a.num_arena_shrinkages <= b.num_arena_shrinkages {
+                return Err("pages went back on a failed call without a shrinkage".into());
+            }
+        } else if before != after {
+            return Err("a failed call changed the arena".into());
+        }
+        Ok(())
+    }
+
+    /// Virtual-memory mode: every mapped page has a chunk in use on it.
+    fn no_free_page_mapped(log: &MemoryLog, page: u64) -> Result<(), String> {
+        for r in &log.regions {
+            let mut at = r.base;
+            while at < r.base + r.size {
+                let used = r
+                    .chunks
+                    .iter()
+                    .any(|c| c.in_use && c.addr < at + page && at < c.addr + c.size);
+                if !used {
+                    return Err(format!("the free page at {at:#x} is still mapped"));
+                }
+                at += page;
+            }
+        }
+        Ok(())
+    }
+
     /// Checks a failed call left everything as it was, but for decision 7's release of
     /// wholly free regions.
     fn check_unchanged(&self, before: &MemoryLog, after: &MemoryLog) -> Result<(), String> {
+        if self.vm {
+            return self.check_unchanged_vm(before, after);
+        }
         let removed = regions_removed(before, after);
         if removed.is_empty() {
             return if before == after {
@@ -437,6 +571,9 @@ impl Model {
                 {
                     return Err("shrink left a wholly free region".into());
                 }
+                if let Some(page) = self.page_size() {
+                    Self::no_free_page_mapped(&after, page)?;
+                }
                 if after.live_chunks() != before.live_chunks() {
                     return Err("shrink changed live chunks".into());
                 }
@@ -460,7 +597,26 @@ impl Model {
                 self.freed.retain(|f| f.stream != s + 1);
             }
         }
-        self.check(&self.arena.memory_log())
+        let log = self.arena.memory_log();
+        if self.vm {
+            let gone = before
+                .stats
+                .total_allocated
+                .saturating_sub(log.stats.total_allocated);
+            TALLY.vm_bytes_unmapped.fetch_add(gone, Ordering::Relaxed);
+        }
+        self.drop_unmapped(&log);
+        self.check(&log)
+    }
+
+    /// The page size of a virtual-memory arena.
+    fn page_size(&self) -> Option<u64> {
+        self.arena.virtual_memory()?;
+        self.arena
+            .config()
+            .vm_page_size_bytes
+            .checked_add(0)
+            .filter(|&p| p != 0)
     }
 
     fn finish(&mut self) -> Result<(), String> {
@@ -477,6 +633,14 @@ impl Model {
         if outstanding != reserved || self.arena.stats().num_arena_extensions != 0 {
             return Err(format!("after freeing all and shrinking {outstanding} bytes are outstanding, reserves are {reserved}"));
         }
+        if let Some(vm) = self.arena.virtual_memory() {
+            if vm.mapped_bytes() != 0 {
+                return Err(format!(
+                    "{} bytes mapped after freeing all and shrinking",
+                    vm.mapped_bytes()
+                ));
+            }
+        }
         for l in std::mem::take(&mut self.live) {
             self.arena.free(l.addr).map_err(|e| e.to_string())?;
         }
@@ -490,13 +654,23 @@ impl Model {
 fn run_case(setup: &Setup, ops: &[Op]) -> Result<(), String> {
     let config = ArenaConfig::from_pairs(setup.pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .map_err(|e| format!("generated config rejected: {e}"))?;
-    let arena =
-        Arena::new(VirtualAllocator::new(setup.limits), config).map_err(|e| e.to_string())?;
+    let arena = match setup.vm {
+        None => {
+            Arena::new(VirtualAllocator::new(setup.limits), config).map_err(|e| e.to_string())?
+        }
+        Some(granularity) => {
+            count(&TALLY.vm_cases);
+            let raw = VirtualAllocator::new(setup.limits).with_granularity(granularity);
+            let vm: std::sync::Arc<dyn VirtualMemory> = std::sync::Arc::new(raw.vm());
+            Arena::with_virtual_memory(raw, vm, config).map_err(|e| e.to_string())?
+        }
+    };
     let mut model = Model {
         arena,
         streams: (0..STREAMS).map(|_| Stream::new()).collect(),
         live: Vec::new(),
         freed: Vec::new(),
+        vm: setup.vm.is_some(),
     };
     for (i, op) in ops.iter().enumerate() {
         model.apply(op).map_err(|e| format!("op {i} {op:?}: {e}"))?;
@@ -515,7 +689,11 @@ fn random_op_sequences_keep_every_invariant() {
         failure_persistence: None,
         ..Config::default()
     });
-    let strategy = (setup(), proptest::collection::vec(op(), 1..120));
+    // A third of the cases in virtual-memory mode.
+    let strategy = (
+        prop_oneof![2 => setup(), 1 => vm_setup()],
+        proptest::collection::vec(op(), 1..120),
+    );
     let result = runner.run(&strategy, |(setup, ops)| {
         run_case(&setup, &ops).map_err(TestCaseError::fail)
     });

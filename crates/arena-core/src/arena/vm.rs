@@ -63,7 +63,7 @@ pub(super) struct Paged {
     threshold: Option<u64>,
     /// A free unmaps pages when mapped bytes minus chunk bytes in use pass this: the
     /// threshold, raised to what partly used pages hold after a trim that could not get
-    /// below it (so frees do not scan again for pages that are not there).
+    /// below it (so frees scan again only once there is more free memory than that).
     trigger: u64,
     /// `arena.vm_peak_headroom_percent`.
     headroom_percent: u64,
@@ -172,12 +172,17 @@ fn pool_for(rounded: u64) -> u8 {
     }
 }
 
-fn floor_to(x: u64, page: u64) -> u64 {
-    x - x % page
+/// `x` rounded down to a page boundary of the range at `base` (ranges are aligned to the
+/// granularity, not always to the page).
+fn floor_to(x: u64, base: u64, page: u64) -> u64 {
+    x - (x - base) % page
 }
 
-fn ceil_to(x: u64, page: u64) -> u64 {
-    x.checked_next_multiple_of(page).unwrap_or(u64::MAX)
+/// `x` rounded up to a page boundary of the range at `base`.
+fn ceil_to(x: u64, base: u64, page: u64) -> u64 {
+    (x - base)
+        .checked_next_multiple_of(page)
+        .map_or(u64::MAX, |o| base.saturating_add(o))
 }
 
 impl State {
@@ -271,7 +276,11 @@ impl State {
             // From the bottom of the free span, or up to its top.
             for w0 in [lo, hi - rounded] {
                 let w1 = w0 + rounded;
-                let (m0, m1) = (floor_to(w0, page).max(u0), ceil_to(w1, page).min(u1));
+                let base = self.regions.get(u.region).base;
+                let (m0, m1) = (
+                    floor_to(w0, base, page).max(u0),
+                    ceil_to(w1, base, page).min(u1),
+                );
                 let missing = if m1 > m0 { (m1 - m0) / page } else { 0 };
                 let key = (missing, w0);
                 if best.as_ref().is_none_or(|b| key < b.0) {
@@ -357,11 +366,12 @@ impl State {
         size: u64,
     ) -> Result<u32> {
         let page = self.paged()?.page();
+        let base = self.regions.get(plan.slot).base;
         let need = plan.m1 - plan.m0;
         let keep = Some((
             plan.slot,
-            floor_to(plan.w0, page),
-            ceil_to(plan.w0 + rounded, page),
+            floor_to(plan.w0, base, page),
+            ceil_to(plan.w0 + rounded, base, page),
         ));
         if need > 0 {
             // The budget: mapped pages count as held.
@@ -615,7 +625,8 @@ impl State {
         }
         let mut out = Vec::new();
         for (slot, lo, hi, first) in spans {
-            let (a, b) = (ceil_to(lo, page), floor_to(hi, page));
+            let base = self.regions.get(slot).base;
+            let (a, b) = (ceil_to(lo, base, page), floor_to(hi, base, page));
             if a >= b {
                 continue;
             }
@@ -658,7 +669,7 @@ impl State {
                 break;
             }
             // The top of the run, in whole pages, as much as is still wanted.
-            let take = n.min(ceil_to(target - freed, page));
+            let take = n.min(ceil_to(target - freed, 0, page));
             let start = a + n - take;
             if let Err(e) = vm.unmap(start, take) {
                 return (count, Some(e));
@@ -709,7 +720,7 @@ impl State {
             .map_or(0, |p| p.pages.mapped_bytes())
             .saturating_sub(self.chunk_bytes_in_use());
         if let Some(p) = self.pages.as_deref_mut() {
-            p.trigger = threshold.max(left.saturating_add(p.page()));
+            p.trigger = threshold.max(left);
         }
     }
 
@@ -814,7 +825,7 @@ impl State {
                 if c.stream == UNMAPPED {
                     unmapped_chunks += 1;
                     if c.in_use
-                        || !c.addr.is_multiple_of(page)
+                        || !(c.addr - r.base).is_multiple_of(page)
                         || !c.size.is_multiple_of(page)
                         || p.pages.unmapped_pages(slot, c.addr, c.size) != c.size / page
                         || self.bins.contains(id)

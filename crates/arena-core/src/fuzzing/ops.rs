@@ -1,13 +1,18 @@
-//! The `arena_ops` target: bytes decoded into an allocator (the BFC arena, the arena without
-//! streams, the memory-pool stand-in or the plain allocator) over the `virtual` or `host` raw
-//! allocator with small limits, and a sequence of operations on it, each checked against a
-//! shadow model of what must hold.
+//! The `arena_ops` target: bytes decoded into an allocator (the BFC arena, in its region or
+//! its virtual-memory mode, the arena without streams, the memory-pool stand-in or the plain
+//! allocator) over the `virtual` or `host` raw allocator with small limits, and a sequence of
+//! operations on it, each checked against a shadow model of what must hold. In
+//! virtual-memory mode (issue 14) also: chunks in use lie in mapped pages and the backend
+//! counts what the arena mapped (the arena's own invariants), a shrink leaves no wholly free
+//! page mapped, nothing is mapped once everything is freed and shrunk, and on `host` the bytes
+//! of live allocations survive the unmapping of the pages around them.
 
 use super::Bytes;
 use crate::bins::round_up_256;
 use crate::{
     Allocator, AllocatorStats, Arena, ArenaConfig, ArenaError, DeviceLimits, HostAllocator,
     MemoryLog, PlainAllocator, PoolAllocator, RawAllocator, Stream, VirtualAllocator,
+    VirtualMemory,
 };
 use std::sync::Arc;
 
@@ -55,6 +60,9 @@ pub struct Setup {
     pub limits: DeviceLimits,
     /// End by retiring the allocator with its allocations live, instead of freeing them.
     pub retire: bool,
+    /// An arena in virtual-memory mode over a device of this mapping granularity (its
+    /// `arena.vm_*` keys are in `pairs`); `None` for the region arena and the others.
+    pub vm_granularity: Option<u64>,
 }
 
 /// One operation; indices pick among the live allocations or the streams.
@@ -127,6 +135,8 @@ pub struct OpsTally {
     pub host_read_backs: u64,
     /// Inputs that ended by retiring the allocator.
     pub retired: u64,
+    /// Bytes of pages a virtual-memory arena unmapped (headroom, threshold, shrink, decision 7).
+    pub vm_bytes_unmapped: u64,
 }
 
 impl OpsTally {
@@ -143,6 +153,7 @@ impl OpsTally {
         self.refused_accesses += other.refused_accesses;
         self.host_read_backs += other.host_read_backs;
         self.retired += other.retired;
+        self.vm_bytes_unmapped += other.vm_bytes_unmapped;
     }
 }
 
@@ -267,6 +278,9 @@ fn decode_setup(r: &mut Bytes<'_>) -> Setup {
     if backend == Backend::Host {
         total_memory = total_memory.min(HOST_TOTAL_MAX);
     }
+    // Bit 0x20 of the first byte: the arena in virtual-memory mode.
+    let vm_granularity = (b & 0x20 != 0 && matches!(kind, Kind::Arena | Kind::ArenaWithoutStreams))
+        .then(|| decode_vm(r, &mut pairs, backend, total_memory));
     let max_allocation = pick(
         r,
         &[
@@ -288,7 +302,49 @@ fn decode_setup(r: &mut Bytes<'_>) -> Setup {
             max_allocation,
         },
         retire,
+        vm_granularity,
     }
+}
+
+/// The virtual-memory keys of an input: pages of 1 to 4 granules, a range of the device's
+/// size or of a few pages (so requests need new ranges), a headroom that asks for pages back
+/// at once, soon or never, and no threshold or a small one. Returns the granularity.
+fn decode_vm(
+    r: &mut Bytes<'_>,
+    pairs: &mut Vec<(&'static str, String)>,
+    backend: Backend,
+    total_memory: u64,
+) -> u64 {
+    let granularity = match backend {
+        // The host's pages.
+        Backend::Host => crate::raw::HostAllocator::default().vm().granularity(),
+        Backend::Virtual => pick(r, &[4096, 65536, 8192, 1 << 20]).clamp(4096, 2 << 20),
+    };
+    let granularity = if granularity.is_power_of_two() {
+        granularity
+    } else {
+        4096
+    };
+    let page = granularity << (r.byte() % 3);
+    let mut reserve = pick(r, &[0, 1 << 20, 4 << 20, 65536, 300_000]).min(1 << 30);
+    if reserve == 0 && total_memory / page > 1 << 16 {
+        // The range defaults to the device's size: keep its page table small.
+        reserve = page << 12;
+    }
+    pairs.push(("arena.vm_page_size_bytes", page.to_string()));
+    pairs.push(("arena.vm_reserve_bytes", reserve.to_string()));
+    pairs.push((
+        "arena.vm_peak_headroom_percent",
+        pick(r, &[2, 0, 10, 1000]).min(1000).to_string(),
+    ));
+    let threshold = r.byte();
+    if !threshold.is_multiple_of(3) {
+        pairs.push((
+            "arena.vm_unmap_threshold_bytes",
+            pick(r, &[0, 65536, 1 << 20, 300_000]).to_string(),
+        ));
+    }
+    granularity
 }
 
 /// Sizes: zero, small, medium, powers of two and their neighbours, sizes at the device's
@@ -429,6 +485,8 @@ struct Expect {
 struct Model {
     subject: Subject,
     raw: Raw,
+    /// The virtual-memory form under an arena in virtual-memory mode.
+    vm: Option<Arc<dyn VirtualMemory>>,
     kind: Kind,
     host: bool,
     retire: bool,
@@ -471,13 +529,27 @@ impl Model {
         let config =
             ArenaConfig::from_pairs(setup.pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
                 .map_err(|e| format!("the decoded config is rejected: {e}"))?;
-        let raw: Raw = match setup.backend {
-            Backend::Virtual => Arc::new(VirtualAllocator::new(setup.limits)),
-            Backend::Host => Arc::new(HostAllocator::new(setup.limits)),
+        let (raw, vm): (Raw, Option<Arc<dyn VirtualMemory>>) = match setup.backend {
+            Backend::Virtual => {
+                let v = VirtualAllocator::new(setup.limits)
+                    .with_granularity(setup.vm_granularity.unwrap_or(4096));
+                let vm: Arc<dyn VirtualMemory> = Arc::new(v.vm());
+                (Arc::new(v), Some(vm))
+            }
+            Backend::Host => {
+                let h = HostAllocator::new(setup.limits);
+                let vm: Arc<dyn VirtualMemory> = Arc::new(h.vm());
+                (Arc::new(h), Some(vm))
+            }
         };
+        let vm = vm.filter(|_| setup.vm_granularity.is_some());
         let subject = match setup.kind {
             Kind::Arena | Kind::ArenaWithoutStreams => {
-                let a = Arena::new(raw.clone(), config.clone()).map_err(|e| e.to_string())?;
+                let a = match &vm {
+                    Some(vm) => Arena::with_virtual_memory(raw.clone(), vm.clone(), config.clone()),
+                    None => Arena::new(raw.clone(), config.clone()),
+                }
+                .map_err(|e| e.to_string())?;
                 Subject::Arena(if setup.kind == Kind::Arena {
                     a
                 } else {
@@ -490,6 +562,7 @@ impl Model {
         Ok(Model {
             subject,
             raw,
+            vm,
             kind: setup.kind,
             host: setup.backend == Backend::Host,
             retire: setup.retire,
@@ -526,6 +599,91 @@ impl Model {
             && consumer != 0
             && f.sync_id
                 < self.streams[consumer - 1].last_wait_sync_id(self.streams[f.stream - 1].id())
+    }
+
+    /// Virtual-memory mode: forgets freed records (or their parts) in pages no longer mapped
+    /// (that memory went back to the device), and counts the bytes unmapped since `before`.
+    fn drop_unmapped(&mut self, before: &MemoryLog, log: &MemoryLog) {
+        if self.vm.is_none() {
+            return;
+        }
+        self.tally.vm_bytes_unmapped += before
+            .stats
+            .total_allocated
+            .saturating_sub(log.stats.total_allocated);
+        let mut kept = Vec::with_capacity(self.freed.len());
+        for f in std::mem::take(&mut self.freed) {
+            for r in &log.regions {
+                let (s, e) = (f.start.max(r.base), f.end.min(r.base + r.size));
+                if s < e {
+                    kept.push(Freed {
+                        start: s,
+                        end: e,
+                        ..f
+                    });
+                }
+            }
+        }
+        self.freed = kept;
+    }
+
+    /// Virtual-memory mode: every mapped page has a chunk in use on it.
+    fn no_free_page_mapped(&self, log: &MemoryLog) -> Result<(), String> {
+        let page = match self.config.vm_page_size_bytes {
+            0 => self.vm.as_ref().map_or(1, |vm| vm.granularity()),
+            p => p,
+        };
+        for r in &log.regions {
+            let mut at = r.base;
+            while at < r.base + r.size {
+                let used = r
+                    .chunks
+                    .iter()
+                    .any(|c| c.in_use && c.addr < at + page && at < c.addr + c.size);
+                if !used {
+                    return Err(format!("the free page at {at:#x} is still mapped"));
+                }
+                at += page;
+            }
+        }
+        Ok(())
+    }
+
+    /// Virtual-memory mode: a call that failed (or a shrink) may have unmapped wholly free
+    /// pages, and changed nothing else.
+    fn check_only_unmapped(&self, before: &MemoryLog, after: &MemoryLog) -> Result<bool, String> {
+        if after.live_chunks() != before.live_chunks() || after.reserves != before.reserves {
+            return Err("a call that must not change live memory did".into());
+        }
+        let (b, a) = (before.stats, after.stats);
+        let same = |s: AllocatorStats| {
+            (
+                s.in_use,
+                s.requested_in_use,
+                s.num_allocs,
+                s.num_reserves,
+                s.max_in_use,
+                s.reserved_bytes,
+            )
+        };
+        if same(b) != same(a) || a.total_allocated > b.total_allocated {
+            return Err(format!(
+                "stats changed beyond unmapping free pages: {b:?} → {a:?}"
+            ));
+        }
+        if a.num_arena_extensions != after.regions.len() as u64 {
+            return Err("NumArenaExtensions is not the number of mapped extents".into());
+        }
+        if a.total_allocated < b.total_allocated {
+            if a.num_arena_shrinkages <= b.num_arena_shrinkages {
+                return Err("pages went back without a shrinkage counted".into());
+            }
+            return Ok(true);
+        }
+        if before != after {
+            return Err("a call that must change nothing changed the arena".into());
+        }
+        Ok(false)
     }
 
     /// Forgets freed records inside regions that went back to the raw allocator.
@@ -599,6 +757,12 @@ impl Model {
     /// Checks a failed call left everything as it was, but for decision 7's release of
     /// wholly free regions (arena only).
     fn check_unchanged(&mut self, before: &MemoryLog, after: &MemoryLog) -> Result<(), String> {
+        if self.vm.is_some() {
+            if self.check_only_unmapped(before, after)? {
+                self.tally.released_on_failure += 1;
+            }
+            return Ok(());
+        }
         let removed = regions_removed(before, after);
         if removed.is_empty() {
             return if before == after {
@@ -896,13 +1060,25 @@ impl Model {
             }
             Ok(None) if size == 0 => self.check_unchanged(&before, &after)?,
             Ok(Some(addr)) if size > 0 => {
-                let released = regions_removed(&before, &after);
-                self.handed_out(addr, size, reserve, consumer, &released, raw_allocs)?
+                if self.vm.is_some() {
+                    self.handed_out(addr, size, reserve, consumer, &[], raw_allocs)?;
+                    if after.stats.num_arena_shrinkages > before.stats.num_arena_shrinkages {
+                        self.tally.released_then_succeeded += 1;
+                    }
+                    self.drop_unmapped(&before, &after);
+                } else {
+                    let released = regions_removed(&before, &after);
+                    self.handed_out(addr, size, reserve, consumer, &released, raw_allocs)?
+                }
             }
             Err(e) if e.code() == "ERR_ARENA_OUT_OF_MEMORY" => {
                 self.tally.out_of_memory += 1;
                 self.check_unchanged(&before, &after)?;
-                self.drop_released(&regions_removed(&before, &after));
+                if self.vm.is_some() {
+                    self.drop_unmapped(&before, &after);
+                } else {
+                    self.drop_released(&regions_removed(&before, &after));
+                }
             }
             other => return Err(format!("gave {other:?}")),
         }
@@ -917,6 +1093,7 @@ impl Model {
         if self.host {
             self.verify_pattern(&l)?;
         }
+        let before = self.a().memory_log();
         self.a()
             .free(l.addr)
             .map_err(|e| format!("free of live {l:?}: {e}"))?;
@@ -934,6 +1111,7 @@ impl Model {
             });
         }
         let log = self.a().memory_log();
+        self.drop_unmapped(&before, &log);
         self.check(&log)
     }
 
@@ -969,6 +1147,11 @@ impl Model {
         let after = self.a().memory_log();
         let in_use: u64 = self.live.iter().map(|l| l.allocated).sum();
         match self.kind {
+            Kind::Arena | Kind::ArenaWithoutStreams if self.vm.is_some() => {
+                self.no_free_page_mapped(&after)?;
+                self.check_only_unmapped(&before, &after)?;
+                self.drop_unmapped(&before, &after);
+            }
             Kind::Arena | Kind::ArenaWithoutStreams => {
                 if after
                     .regions
@@ -1183,6 +1366,14 @@ impl Model {
                 "after freeing all and shrinking {} bytes are outstanding, reserves are {reserved}",
                 self.outstanding()
             ));
+        }
+        if let Some(vm) = &self.vm {
+            if vm.mapped_bytes() != 0 {
+                return Err(format!(
+                    "{} bytes mapped after freeing all and shrinking",
+                    vm.mapped_bytes()
+                ));
+            }
         }
         while !self.live.is_empty() {
             self.free(0)?;
