@@ -27,12 +27,14 @@ const KNOWN = [
   { op: 'free', id: 1 },
 ]
 
-test("the map after an op picked on the page is the library's own memory log after that op, stream-owned free chunks included", async (t) => {
+test("the map after an op picked on the page is the library's own memory log after that op, stream-owned free chunks included, with regions or mapped extents", async (t) => {
   const dir = tempDir()
   const trace = writeTrace(dir, 'streams.jsonl', streamedTrace())
   const page = join(dir, 'report.html')
   const at = 1234
-  const json = replay(t, [trace, '--backend', 'virtual', '--compare', 'arena.extend_strategy=1', '--json', '--memory-log-at', String(at), '--html', page])
+  const configs = ['--compare', 'arena.extend_strategy=1', '--compare', 'arena.use_virtual_memory=1']
+  const json = replay(t, [trace, '--backend', 'virtual', ...configs, '--json', '--memory-log-at', String(at), '--html', page])
+  t.is(json.runs.length, 3)
   const logs = json.runs.map((run) => run.memoryLogsAt?.find((l) => l.op === at)?.memoryLog)
   for (const log of logs) {
     if (!log) return t.fail(`no memory log after op ${at}`)

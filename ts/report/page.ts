@@ -482,7 +482,9 @@ function drawTimeline(ctx: Ctx, run: Run, host: HTMLElement, width: number, [yMi
   }
   const px = xOf(cols, run.meta.peakHeldAt)
   if (px !== null) {
-    marks += `<line class="peak" x1="${px.toFixed(1)}" x2="${px.toFixed(1)}" y1="${top}" y2="${top + height}"/><text class="peak-label" x="${(px + 4).toFixed(1)}" y="${top + 12}">peak held ${esc(fmtBytes(run.meta.summary.peakHeld))} after op ${esc(fmtInt(run.meta.peakHeldAt))}</text>`
+    // The label on the side of the line with room for it.
+    const right = px > left + plotW - 280
+    marks += `<line class="peak" x1="${px.toFixed(1)}" x2="${px.toFixed(1)}" y1="${top}" y2="${top + height}"/><text class="peak-label" x="${(right ? px - 4 : px + 4).toFixed(1)}" y="${top + 12}"${right ? ' text-anchor="end"' : ''}>peak held ${esc(fmtBytes(run.meta.summary.peakHeld))} after op ${esc(fmtInt(run.meta.peakHeldAt))}</text>`
   }
   marks += `<line class="picked" x1="0" x2="0" y1="${top}" y2="${top + height}" visibility="hidden"/>`
   const h = top + height + 22

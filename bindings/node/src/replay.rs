@@ -550,7 +550,9 @@ pub fn replay_trace_file(
         // With a picture, the same pass records it (it reads the stats after every op).
         let (peak, pictured) = {
             let Selected {
-                allocator, kind, ..
+                allocator,
+                kind,
+                warnings,
             } = select().map_err(js)?;
             let streams = TraceStreams::for_trace(&parsed.ops).map_err(js)?;
             let label = format!("config {}/{} (peaks)", runs.len() + 1, total);
@@ -560,6 +562,11 @@ pub fn replay_trace_file(
                     layout: kind != SharedKind::Mempool,
                     memory_logs_at: memory_log_at.clone(),
                     check_every: (ops / 16).max(1),
+                    // The virtual-memory mode's merge rule, unless the arena fell back to
+                    // regions (the only warning a device arena's selection gives).
+                    merge_unassigned: kind == SharedKind::DeviceArena
+                        && config.use_virtual_memory
+                        && warnings.is_empty(),
                 })
             });
             let replayed = replay_with(

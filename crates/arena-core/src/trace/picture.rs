@@ -78,8 +78,11 @@ pub struct PictureOptions {
     /// States to take the allocator's own memory log at (0 … the trace's length).
     pub memory_logs_at: Vec<u64>,
     /// Check the followed chunks against the allocator's memory log every so many states
-    /// (0: only at `memory_logs_at` and at the end).
+    /// (0: only at `memory_logs_at`).
     pub check_every: u64,
+    /// The arena merges a free chunk of no stream with a stream's free neighbour, which
+    /// then owns the whole (its virtual-memory mode); else only chunks of one stream merge.
+    pub merge_unassigned: bool,
 }
 
 /// The picture of one replay.
@@ -388,8 +391,17 @@ impl PictureRecorder {
         true
     }
 
-    /// The in-use chunk at `addr` was freed: it merges with free neighbours of its region
-    /// and stream. False when the mirror has no in-use chunk there.
+    /// Whether free chunk `a` and the free chunk `b` next to it merge, as the arena merges
+    /// them: in one region, of one stream (or, with `merge_unassigned`, one of no stream).
+    fn mergeable(&self, a: &Chunk, b: &Chunk) -> bool {
+        !a.in_use
+            && !b.in_use
+            && a.region == b.region
+            && (a.tag == b.tag || self.options.merge_unassigned && (a.tag == 0 || b.tag == 0))
+    }
+
+    /// The in-use chunk at `addr` was freed: it merges with the free chunk above, then with
+    /// the one below, as the arena does. False when the mirror has no in-use chunk there.
     fn released(&mut self, addr: u64, state: u64) -> bool {
         let Some(mut c) = self.chunks.get(&addr).copied().filter(|c| c.in_use) else {
             return false;
@@ -397,20 +409,25 @@ impl PictureRecorder {
         c.in_use = false;
         c.born = state;
         let mut start = addr;
-        let mergeable = |o: &Chunk| !o.in_use && o.tag == c.tag && o.region == c.region;
         if let Some(next) = self.chunks.get(&(addr + c.size)).copied() {
-            if mergeable(&next) {
+            if self.mergeable(&c, &next) {
                 self.chunks.remove(&(addr + c.size));
                 self.ended(addr + c.size, &next, state);
                 c.size += next.size;
+                if c.tag == 0 {
+                    c.tag = next.tag;
+                }
             }
         }
         if let Some((&p, &prev)) = self.chunks.range(..addr).next_back() {
-            if p + prev.size == addr && mergeable(&prev) {
+            if p + prev.size == addr && self.mergeable(&prev, &c) {
                 self.chunks.remove(&p);
                 self.ended(p, &prev, state);
                 start = p;
                 c.size += prev.size;
+                if prev.tag != 0 {
+                    c.tag = prev.tag;
+                }
             }
         }
         self.chunks.remove(&addr);
@@ -572,11 +589,21 @@ mod tests {
     /// Replays `trace` on `streams` streams with a picture whose memory logs are taken at
     /// every state; returns the picture.
     fn pictured(a: &dyn Allocator, trace: &[TraceOp], streams: usize) -> Picture {
+        pictured_with(a, trace, streams, false)
+    }
+
+    fn pictured_with(
+        a: &dyn Allocator,
+        trace: &[TraceOp],
+        streams: usize,
+        merge_unassigned: bool,
+    ) -> Picture {
         let streams: Vec<Stream> = (0..streams).map(|_| Stream::new()).collect();
         let mut rec = PictureRecorder::new(PictureOptions {
             layout: true,
             memory_logs_at: (0..=trace.len() as u64).collect(),
             check_every: 1,
+            merge_unassigned,
         });
         replay_with(
             a,
@@ -635,6 +662,27 @@ mod tests {
             assert!(
                 !p.stream_free.is_empty(),
                 "streams own free chunks (seed {seed})"
+            );
+            assert_every_state_matches_the_memory_log(&p);
+        }
+    }
+
+    #[test]
+    fn the_pictured_chunks_are_the_memory_log_at_every_state_with_virtual_memory() {
+        // Mapped extents are the memory log's regions: they come and go with the pages, at
+        // every free that passes a threshold of 0.
+        for threshold in [None, Some("0")] {
+            let mut pairs = vec![("arena.use_virtual_memory", "1")];
+            pairs.extend(threshold.map(|t| ("arena.vm_unmap_threshold_bytes", t)));
+            let config = ArenaConfig::from_pairs(pairs).expect("config");
+            let backend = crate::SimBackend::new(crate::SimKind::Virtual, &[]);
+            let selected =
+                crate::factory::selected_allocator(&backend, crate::MemoryKind::Cuda, 0, &config)
+                    .expect("allocator");
+            let p = pictured_with(&*selected.allocator, &streamed_trace(3000, 2, 8), 2, true);
+            assert!(
+                p.regions.iter().filter(|r| r.died.is_some()).count() > 10,
+                "extents are unmapped ({threshold:?})"
             );
             assert_every_state_matches_the_memory_log(&p);
         }
@@ -769,6 +817,7 @@ mod tests {
             layout: true,
             memory_logs_at: (0..=trace.len() as u64).collect(),
             check_every: 1,
+            merge_unassigned: false,
         }));
         replay_with(
             &a,
