@@ -163,3 +163,21 @@ test('past 20,000 chunks a map draws runs of chunks under a pixel wide as one sh
     t.deepEqual(errors, [])
   })
 })
+
+test("a PyTorch snapshot's page names torch's stream of an allocation when hovered", async (t) => {
+  const dir = tempDir()
+  const page = join(dir, 'report.html')
+  const json = replay(t, [join(__dirname, 'fixtures', 'torch-snapshot.pickle'), '--backend', 'virtual', '--json', '--memory-log-at', '3', '--html', page]) as ReturnType<typeof replay> & {
+    snapshot: { streams: number[] }
+  }
+  const chunk = json.runs[0].memoryLogsAt?.[0].memoryLog.regions.flatMap((r) => r.chunks).find((c) => c.inUse && c.stream === 2)
+  if (!chunk) return t.fail('an allocation on trace stream 2 is live after op 3')
+  await withPage(t, page, async ({ tab, errors }) => {
+    await pickOp(tab, 3)
+    await tab.hover(`figure.map-fig[data-run="0"] rect.chunk[data-addr="${chunk.addr}"]:not([data-part])`)
+    const tip = (await tab.textContent('#tip')) ?? ''
+    t.true(tip.includes(`stream 2 (torch stream 0x${json.snapshot.streams[1].toString(16)})`), tip)
+    t.true(tip.includes(`(${chunk.requestedSize.toLocaleString('en')} bytes)`), tip)
+    t.deepEqual(errors, [])
+  })
+})
