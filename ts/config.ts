@@ -31,6 +31,21 @@ export interface ArenaConfig {
   cudaMempoolReleaseThreshold?: number | bigint
   /** `arena.cuda_mempool_bytes_to_keep_on_shrink`. Default 0. */
   cudaMempoolBytesToKeepOnShrink?: number | bigint
+  /**
+   * `arena.use_virtual_memory`: the device arena lives in one reserved address range and maps
+   * pages on demand, unmapping wholly free ones (docs/virtual-memory.md); pinned and CPU arenas
+   * ignore it, and a device without virtual-memory management gets the region arena with a
+   * warning. Default false.
+   */
+  useVirtualMemory?: boolean
+  /** `arena.vm_page_size_bytes`: 0 for the backend's granularity (2 MiB on an H100), else a power of two up to 1 GiB that is a multiple of it. Default 0. */
+  vmPageSizeBytes?: number | bigint
+  /** `arena.vm_reserve_bytes`: address space reserved at a time; 0 for the device's memory. Default 0. */
+  vmReserveBytes?: number | bigint
+  /** `arena.vm_unmap_threshold_bytes`: free memory kept mapped; a free past it unmaps wholly free pages (0: all of them). Default unset (no limit). */
+  vmUnmapThresholdBytes?: number | bigint
+  /** `arena.vm_peak_headroom_percent`: how far mapped memory may exceed the peak in use before free pages are unmapped to map new ones, 0 … 1000. Default 2. */
+  vmPeakHeadroomPercent?: number | bigint
 }
 
 /** Raw `arena.*` pairs, exactly as ONNX Runtime takes them. */
@@ -47,6 +62,11 @@ export const TYPED_KEYS: Readonly<Record<keyof ArenaConfig, string>> = {
   useCudaMempool: 'arena.use_cuda_mempool',
   cudaMempoolReleaseThreshold: 'arena.cuda_mempool_release_threshold',
   cudaMempoolBytesToKeepOnShrink: 'arena.cuda_mempool_bytes_to_keep_on_shrink',
+  useVirtualMemory: 'arena.use_virtual_memory',
+  vmPageSizeBytes: 'arena.vm_page_size_bytes',
+  vmReserveBytes: 'arena.vm_reserve_bytes',
+  vmUnmapThresholdBytes: 'arena.vm_unmap_threshold_bytes',
+  vmPeakHeadroomPercent: 'arena.vm_peak_headroom_percent',
 }
 
 function isTypedKey(k: string): k is keyof ArenaConfig {
@@ -60,8 +80,8 @@ function rawValue(field: keyof ArenaConfig, v: unknown): string {
     if (v === 'sameAsRequested') return '1'
     throw invalidArgument('extendStrategy', v, "must be 'nextPowerOfTwo' or 'sameAsRequested'")
   }
-  if (field === 'useCudaMempool') {
-    if (typeof v !== 'boolean') throw invalidArgument('useCudaMempool', v, 'must be a boolean')
+  if (field === 'useCudaMempool' || field === 'useVirtualMemory') {
+    if (typeof v !== 'boolean') throw invalidArgument(field, v, 'must be a boolean')
     return v ? '1' : '0'
   }
   if (typeof v === 'bigint') return v.toString()
