@@ -2,7 +2,8 @@
 /**
  * The script of the `--html` page, run in the browser. Its functions are inlined into the
  * page by their source (`PAGE_SCRIPT`), so each stands alone: no imports but types, no
- * module-level values; shared state travels in a `Ctx`.
+ * module-level values; shared state travels in a `Ctx`. They stay in this one file because a
+ * call through an import compiles to a module property the page does not have.
  *
  * It only draws what the replay gave (`pack.ts` has the numbers exactly): per config, the
  * bytes held, handed out and requested over the ops, the live allocations stacked as bands
@@ -503,7 +504,7 @@ ${marks}<rect class="brush" x="0" y="${top}" width="0" height="${height}"/></svg
       const rk = peaks.rep[c]
       return `<b>${esc(run.meta.label)}</b>: after op ${fmtInt(rk)}, allocations smaller than the ${fmtInt(run.drawnByBorn.length)} largest hold ${esc(fmtSize(run.inUse[rk] - drawnSum[c]))} (one band; raise "bands" to draw more of them one by one)`
     }
-    return opTip(ctx, run, k)
+    return opTip(run, k)
   })
 }
 
@@ -515,7 +516,7 @@ function allocTip(ctx: Ctx, run: Run, i: number): string {
 }
 
 /** The three numbers after op `k`. */
-function opTip(_ctx: Ctx, run: Run, k: number): string {
+function opTip(run: Run, k: number): string {
   return `<b>${esc(run.meta.label)}</b> after op ${fmtInt(k)}<br>held ${esc(fmtSize(heldAt(run, k)))}<br>handed out ${esc(fmtSize(run.inUse[k]))}<br>requested ${esc(fmtSize(run.requested[k]))}`
 }
 
