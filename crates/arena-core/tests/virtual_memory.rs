@@ -539,3 +539,39 @@ fn with_a_threshold_of_zero_freeing_everything_leaves_nothing_mapped() {
     assert_eq!((a.stats().total_allocated, mapped(&a)), (0, 0));
     a.check_invariants().expect("consistent");
 }
+
+/// The GPU suite's `pages_are_mapped_on_demand_and_hold_what_is_written` on `host` memory
+/// with the GPU's 2 MiB pages: allocations cut to size lie back to back, so a copy may run
+/// past one only by straddling its end; one that starts at its end is in the next.
+#[test]
+fn a_copy_past_an_allocations_end_is_refused_even_when_the_next_one_is_live() {
+    let raw = HostAllocator::new(DeviceLimits::with_total(256 * MIB));
+    let vm: Arc<dyn VirtualMemory> = Arc::new(raw.vm());
+    let a = Arena::with_virtual_memory(
+        raw,
+        vm,
+        config(&[
+            ("arena.vm_reserve_bytes", &(128 * MIB).to_string()),
+            ("arena.vm_page_size_bytes", &(2 * MIB).to_string()),
+        ]),
+    )
+    .expect("arena");
+    let sizes = [1, 255, 4097, 65536, MIB, 3 * MIB + 5, 33 * MIB];
+    let live: Vec<(u64, u64)> = sizes.iter().map(|&n| (alloc(&a, n), n)).collect();
+    for &(p, n) in &live {
+        assert_eq!(
+            code(a.write(p + n - 1, &[1, 2])),
+            "ERR_ARENA_UNKNOWN_POINTER",
+            "{n} bytes at {p:#x}"
+        );
+        assert_eq!(code(a.fill(p, 0, n + 1)), "ERR_ARENA_UNKNOWN_POINTER");
+        let mut two = [0u8; 2];
+        assert_eq!(code(a.read(p + n - 1, &mut two)), "ERR_ARENA_UNKNOWN_POINTER");
+    }
+    let (p, n) = live[3];
+    assert_eq!(p + n, live[4].0, "64 KiB cut to size, the 1 MiB right after it");
+    a.write(p + n, &[1]).expect("the first byte of the next allocation");
+    for (p, _) in live {
+        a.free(p).expect("live");
+    }
+}
