@@ -18,7 +18,16 @@ export const RAW_RANGES: Readonly<Record<string, readonly [bigint, bigint]>> = {
   'arena.use_cuda_mempool': [0n, 1n],
   'arena.cuda_mempool_release_threshold': [0n, U64_MAX],
   'arena.cuda_mempool_bytes_to_keep_on_shrink': [0n, U64_MAX],
+  'arena.use_virtual_memory': [0n, 1n],
+  // 0, or a power of two in this range (POWER_OF_TWO_KEYS).
+  'arena.vm_page_size_bytes': [256n, 2n ** 30n],
+  'arena.vm_reserve_bytes': [0n, 2n ** 62n],
+  'arena.vm_unmap_threshold_bytes': [0n, U64_MAX],
+  'arena.vm_peak_headroom_percent': [0n, 1000n],
 }
+
+/** Keys whose value is 0 or a power of two within RAW_RANGES. */
+export const POWER_OF_TWO_KEYS: ReadonlySet<string> = new Set(['arena.vm_page_size_bytes'])
 
 /** Typed field → raw key. */
 export const TYPED: Readonly<Record<string, string>> = {
@@ -31,6 +40,11 @@ export const TYPED: Readonly<Record<string, string>> = {
   useCudaMempool: 'arena.use_cuda_mempool',
   cudaMempoolReleaseThreshold: 'arena.cuda_mempool_release_threshold',
   cudaMempoolBytesToKeepOnShrink: 'arena.cuda_mempool_bytes_to_keep_on_shrink',
+  useVirtualMemory: 'arena.use_virtual_memory',
+  vmPageSizeBytes: 'arena.vm_page_size_bytes',
+  vmReserveBytes: 'arena.vm_reserve_bytes',
+  vmUnmapThresholdBytes: 'arena.vm_unmap_threshold_bytes',
+  vmPeakHeadroomPercent: 'arena.vm_peak_headroom_percent',
 }
 
 export type ConfigExpect =
@@ -49,6 +63,7 @@ export function rawValueValid(key: string, value: string): boolean {
   if (!/^[0-9]+$/.test(value)) return false
   const v = BigInt(value)
   const [lo, hi] = RAW_RANGES[key]
+  if (POWER_OF_TWO_KEYS.has(key)) return v === 0n || (v >= lo && v <= hi && (v & (v - 1n)) === 0n)
   return v >= lo && v <= hi
 }
 
@@ -81,7 +96,7 @@ export function expectConfig(options: unknown): ConfigExpect {
       if (v === 'nextPowerOfTwo') pairs.push([key, '0'])
       else if (v === 'sameAsRequested') pairs.push([key, '1'])
       else return { code: 'ERR_ARENA_INVALID_ARGUMENT' }
-    } else if (k === 'useCudaMempool') {
+    } else if (k === 'useCudaMempool' || k === 'useVirtualMemory') {
       if (typeof v !== 'boolean') return { code: 'ERR_ARENA_INVALID_ARGUMENT' }
       pairs.push([key, v ? '1' : '0'])
     } else if (typeof v === 'bigint') {

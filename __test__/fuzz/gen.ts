@@ -3,7 +3,7 @@
  * arguments (valid ones mostly, and values of every kind and range), and scenarios queued as
  * several operations.
  */
-import { RAW_RANGES, TYPED } from './config-oracle'
+import { POWER_OF_TWO_KEYS, RAW_RANGES, TYPED } from './config-oracle'
 import {
   type AllocRec,
   ArenaM,
@@ -174,12 +174,17 @@ function validRaw(g: Prng, key: string, f: FactoryM | null): string {
   if (key === 'arena.initial_chunk_size_bytes' || key === 'arena.initial_growth_chunk_size_bytes') return String(g.logSize(256, 1 << 22))
   if (key === 'arena.max_power_of_two_extend_bytes') return g.pick([String(g.logSize(1, 1 << 26)), String(hi)])
   if (key === 'arena.max_dead_bytes_per_chunk') return String(g.logSize(256, Number(hi)))
+  if (POWER_OF_TWO_KEYS.has(key)) return g.pick(['0', String(lo), String(1n << BigInt(g.range(8, 30))), String(hi)])
+  if (key === 'arena.vm_peak_headroom_percent') return String(g.pick([0, 2, g.range(0, 1000), 1000]))
   if (hi <= 1n) return String(g.range(Number(lo), Number(hi)))
   return g.pick([String(lo), String(BigInt(g.logSize(1, 1 << 30))), String(hi)])
 }
 
-/** Options: none, typed, raw, or invalid in one of many ways. */
-function genOptions(g: Prng, f: FactoryM | null, mempool = true): V {
+/**
+ * Options: none, typed, raw, or invalid in one of many ways. `vm`: whether the virtual-memory
+ * mode may be turned on (not for allocators, whose model is the region arena's).
+ */
+function genOptions(g: Prng, f: FactoryM | null, mempool = true, vm = true): V {
   const kind = g.weighted<string>([
     [40, 'none'],
     [20, 'typed'],
@@ -190,7 +195,7 @@ function genOptions(g: Prng, f: FactoryM | null, mempool = true): V {
   ])
   if (kind === 'none') return UNDEF
   if (kind === 'null') return NULL
-  const keys = RAW_KEYS.filter((k) => mempool || k !== 'arena.use_cuda_mempool')
+  const keys = RAW_KEYS.filter((k) => (mempool || k !== 'arena.use_cuda_mempool') && (vm || k !== 'arena.use_virtual_memory'))
   const n = g.range(1, 3)
   const chosen = [...new Set(Array.from({ length: n }, () => g.pick(keys)))]
   if (kind === 'raw' || (kind === 'badValue' && g.chance(0.5))) {
@@ -200,7 +205,8 @@ function genOptions(g: Prng, f: FactoryM | null, mempool = true): V {
     if (kind === 'badValue') {
       const k = g.pick(RAW_KEYS)
       const [lo, hi] = RAW_RANGES[k]
-      o[k] = str(g.pick([' 1', '1e9', '-1', '4096abc', '', String(hi + 1n), lo > 0n ? '0' : '-0', '0x10', '1.5', '１']))
+      o[k] = str(g.pick([' 1', '1e9', '-1', '4096abc', '', String(hi + 1n), lo > 0n && !POWER_OF_TWO_KEYS.has(k) ? '0' : '-0', '0x10', '1.5', '１']))
+      if (POWER_OF_TWO_KEYS.has(k) && g.chance(0.5)) o[k] = str(g.pick(['128', '768', String(lo + 1n), String(hi * 2n)]))
       if (g.chance(0.2)) o['arena.max_memm'] = str('1')
       if (g.chance(0.1)) o[k] = num(5)
     }
@@ -211,11 +217,12 @@ function genOptions(g: Prng, f: FactoryM | null, mempool = true): V {
     const key = TYPED_KEYS.find((t) => TYPED[t] === raw)!
     const v = validRaw(g, raw, f)
     if (key === 'extendStrategy') typed[key] = str(v === '0' ? 'nextPowerOfTwo' : 'sameAsRequested')
-    else if (key === 'useCudaMempool') typed[key] = { bool: v === '1' }
+    else if (key === 'useCudaMempool' || key === 'useVirtualMemory') typed[key] = { bool: v === '1' }
     else typed[key] = BigInt(v) > BigInt(Number.MAX_SAFE_INTEGER) || g.chance(0.4) ? big(BigInt(v)) : num(Number(v))
   }
   if (kind === 'badValue') {
-    const key = g.pick(TYPED_KEYS)
+    // A boolean is valid for useVirtualMemory: where the mode may not be on, bad values go elsewhere.
+    const key = g.pick(TYPED_KEYS.filter((k) => vm || k !== 'useVirtualMemory'))
     typed[key] = g.pick<V>([num(-1), num(1.5), num(Number.NaN), num(2 ** 60), str('12'), NULL, { w: 'valueOf12' }, big(-1n), big(2n ** 64n), { bool: true }, num(0)])
     if (g.chance(0.1)) typed[g.pick(['extendStratgy', 'toString', 'constructor', 'max_mem'])] = num(1)
   }
@@ -402,7 +409,7 @@ function generateOnce(w: World, g: Prng, opts: { gc: boolean }): Op | null {
       return { op: name, t: fr.id, args: [] }
     case 'factory.createAllocator':
     case 'factory.createSharedAllocator': {
-      const args = [genInfo(g, fr.model), genOptions(g, fr.model)]
+      const args = [genInfo(g, fr.model), genOptions(g, fr.model, true, false)]
       if (name === 'factory.createSharedAllocator') {
         args.push(g.weighted<V>([
           [8, { o: { replace: { bool: true } } }],
