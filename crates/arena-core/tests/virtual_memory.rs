@@ -566,11 +566,19 @@ fn a_copy_past_an_allocations_end_is_refused_even_when_the_next_one_is_live() {
         );
         assert_eq!(code(a.fill(p, 0, n + 1)), "ERR_ARENA_UNKNOWN_POINTER");
         let mut two = [0u8; 2];
-        assert_eq!(code(a.read(p + n - 1, &mut two)), "ERR_ARENA_UNKNOWN_POINTER");
+        assert_eq!(
+            code(a.read(p + n - 1, &mut two)),
+            "ERR_ARENA_UNKNOWN_POINTER"
+        );
     }
     let (p, n) = live[3];
-    assert_eq!(p + n, live[4].0, "64 KiB cut to size, the 1 MiB right after it");
-    a.write(p + n, &[1]).expect("the first byte of the next allocation");
+    assert_eq!(
+        p + n,
+        live[4].0,
+        "64 KiB cut to size, the 1 MiB right after it"
+    );
+    a.write(p + n, &[1])
+        .expect("the first byte of the next allocation");
     for (p, _) in live {
         a.free(p).expect("live");
     }
