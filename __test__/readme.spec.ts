@@ -8,9 +8,12 @@ import { ortTest } from './ort/test'
 
 test("the README's TypeScript example runs and prints what its comments say", (t) => {
   const readme = readFileSync(join(__dirname, '..', 'README.md'), 'utf8')
-  const block = /```ts\n([\s\S]*?)```/.exec(readme)
-  t.truthy(block, 'the README has a ts example')
-  const source = block![1].replace("from 'cuda-arena'", `from ${JSON.stringify(join(__dirname, '..', 'ts', 'index'))}`)
+  // The allocator on its own: the ts block that makes an allocator without ONNX Runtime.
+  const block = [...readme.matchAll(/```ts\n([\s\S]*?)```/g)]
+    .map((m) => m[1])
+    .find((b) => b.includes('createAllocator(') && !b.includes('useWithOnnxRuntime'))
+  t.truthy(block, 'the README has a ts example of the allocator on its own')
+  const source = block!.replace("from 'cuda-arena'", `from ${JSON.stringify(join(__dirname, '..', 'ts', 'index'))}`)
   const file = join(mkdtempSync(join(tmpdir(), 'cuda-arena-readme-')), 'example.ts')
   writeFileSync(file, source)
   const tsx = join(__dirname, '..', 'node_modules', '.bin', 'tsx')

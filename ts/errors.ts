@@ -38,7 +38,7 @@ export const ERR_NO_CUDA = 'ERR_NO_CUDA'
 /** `ERR_CUDA`: a CUDA driver error; the message has the `CUresult` name. */
 export const ERR_CUDA = 'ERR_CUDA'
 
-/** The codes of the ONNX Runtime integration (`useWithOnnxRuntime`), in the order the README lists them. */
+/** The codes of the ONNX Runtime integration (`useWithOnnxRuntime`), in the order docs/stats-and-errors.md lists them. */
 export const ORT_ERROR_CODES = ['ERR_ORT_NOT_FOUND', 'ERR_ORT_LOAD', 'ERR_ORT_VERSION', 'ERR_ORT_REFUSED'] as const
 
 /** One of {@link ORT_ERROR_CODES}. */

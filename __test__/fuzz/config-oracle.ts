@@ -1,5 +1,5 @@
 /**
- * What an options argument must give, from README.md's "Config keys" table and ts/config.ts's
+ * What an options argument must give, from docs/config.md's key table and ts/config.ts's
  * documented rules, written independently of the parser: the raw pairs it stands for, or the
  * error code it must throw.
  */

@@ -1,4 +1,4 @@
-/* Per-call costs of the C ABI, for the numbers in README "Use from C" (issue 11, items 7
+/* Per-call costs of the C ABI, for the numbers in docs/c-and-cpp.md (issue 11, items 7
  * and 14). Not a test: it asserts nothing about time.
  *
  *   pairs:   cuda_arena_alloc + cuda_arena_free of 1 KiB, repeated.

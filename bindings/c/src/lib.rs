@@ -20,9 +20,10 @@ pub use recording::*;
 pub use torch::*;
 pub use version::cuda_arena_version;
 
-/// The repository README's Rust examples, compiled and run as doctests so they stay true.
-/// They live here, in a crate that is not published, because the README is outside the
-/// published crates.
+/// The repository README's and docs/rust.md's Rust examples, compiled and run as doctests so
+/// they stay true. They live here, in a crate that is not published, because those files are
+/// outside the published crates.
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
+#[doc = include_str!("../../../docs/rust.md")]
 pub struct RepositoryReadme;

@@ -198,7 +198,7 @@ fn size_zero_is_null_and_sizes_that_cannot_be_met_change_nothing() {
 
 #[test]
 fn the_c_abi_bench_builds_against_the_header() {
-    // It is run by hand (its numbers are in the README), so only its build is checked here.
+    // It is run by hand (numbers in docs/c-and-cpp.md), so only its build is checked here.
     assert!(program("c_abi_bench").exists());
 }
 
