@@ -4,7 +4,8 @@
  */
 import test from 'ava'
 import { spawnSync } from 'node:child_process'
-import { readFileSync } from 'node:fs'
+import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs'
+import { homedir } from 'node:os'
 import { join } from 'node:path'
 
 const root = join(__dirname, '..')
@@ -44,8 +45,25 @@ test('each published crate has a description, license, repository and readme', (
   }
 })
 
+/**
+ * Cargo verifies a crate against its freshly packaged dependency through a temporary registry
+ * under target/package, and extracts that registry's crates into CARGO_HOME/registry/src/ by
+ * name and version; an extraction left by an earlier run in the same checkout is reused as it
+ * is, so the verify would build against yesterday's cuda-arena-core. Our crates come only from
+ * that temporary registry (they are not published), so their extractions are dropped first.
+ */
+function dropStaleExtractions(): void {
+  const src = join(process.env.CARGO_HOME ?? join(homedir(), '.cargo'), 'registry', 'src')
+  if (!existsSync(src)) return
+  const ours = metadata().filter((p) => CRATES.includes(p.name)).map((p) => `${p.name}-${p.version}`)
+  for (const index of readdirSync(src)) {
+    for (const dir of ours) rmSync(join(src, index, dir), { recursive: true, force: true })
+  }
+}
+
 test('cargo package packages and verifies both crates', (t) => {
   t.timeout(15 * 60_000)
+  dropStaleExtractions()
   const args = ['package', '--locked', '--allow-dirty', ...CRATES.flatMap((c) => ['-p', c])]
   const r = spawnSync('cargo', args, { cwd: root, encoding: 'utf8', maxBuffer: 64 << 20 })
   t.is(r.status, 0, r.stderr.slice(-4000))
