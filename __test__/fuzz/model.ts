@@ -20,7 +20,7 @@ export type MemName = 'Cuda' | 'CudaPinned' | 'Cpu'
 
 export const MAX_U64 = 2n ** 64n - 1n
 export const DEFAULT_TOTAL = { host: 4n << 30n, virtual: 80n << 30n } as const
-/** The arena's back-off (ORT's 0.9) stops below this many bytes (arena.rs). */
+/** The arena's back-off (ORT's 0.9) stops below this many bytes (arena/bfc.rs). */
 export const BACKOFF_MIN_BYTES = 8192n
 /** Bytes of an allocation's start and end the model remembers and checks (host only). */
 export const WINDOW = 128

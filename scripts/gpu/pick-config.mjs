@@ -10,7 +10,7 @@
 //          is out.
 //
 // The memory pool (arena.use_cuda_mempool=1) is replayed and printed but not ranked: on
-// `virtual` it is the pool's stand-in (crates/arena-core/src/pool.rs), which reuses a freed
+// `virtual` it is the pool's stand-in (crates/arena-core/src/allocators/pool.rs), which reuses a freed
 // block only for a request of exactly its size, where the driver's pool splits and coalesces;
 // its peak is measured on the GPU by proof.sh instead.
 //

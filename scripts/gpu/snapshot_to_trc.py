@@ -2,7 +2,7 @@
 """Converts a PyTorch memory snapshot (`torch.cuda.memory._dump_snapshot`, plain or .xz) into the
 GPUTRC01 binary trace of ../shared/bench (gen_traces.py documents the format), so the GPU
 harness can replay real-model traffic through every allocator it measures. The rules are
-`cuda-arena replay`'s for snapshots (crates/arena-core/src/torch_snapshot.rs): `alloc` and
+`cuda-arena replay`'s for snapshots (crates/arena-core/src/trace/torch_snapshot.rs): `alloc` and
 `free_requested` of one device are the trace; a free of a block allocated before recording
 started is skipped; blocks alive at the end are freed at the end, in address order.
 

@@ -2,38 +2,29 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-mod addr_map;
-mod allocator;
+mod allocators;
 mod arena;
-pub mod backend;
-pub mod bins;
-mod chunks;
-pub mod config;
-pub mod env_config;
-mod error;
-pub mod factory;
-pub mod foreign_streams;
-pub mod free_list;
+mod devices;
 /// Fuzz target bodies, shared by `fuzz/` and the replay test; not a supported API.
 #[doc(hidden)]
 pub mod fuzzing;
-mod live_blocks;
-mod lock;
-mod memory_info;
-mod memory_log;
-pub mod namespaces;
-mod pages;
-pub mod pluggable;
-mod pool;
 pub mod raw;
-mod recorder;
-mod region;
-mod stats;
-mod stream;
-pub mod stream_events;
-pub mod torch_snapshot;
+mod streams;
 pub mod trace;
-pub mod trace_format;
+mod types;
+
+// The modules keep the paths they had when the crate was flat, public and internal alike.
+pub(crate) use allocators::{allocator, pool};
+pub(crate) use arena::{addr_map, chunks, live_blocks, lock, pages, region};
+pub use arena::{bins, free_list};
+pub use devices::registry as factory;
+pub use devices::{backend, env_config, namespaces, pluggable};
+pub(crate) use streams::stream;
+pub use streams::{foreign_streams, stream_events};
+pub(crate) use trace::recorder;
+pub use trace::{torch_snapshot, trace_format};
+pub use types::config;
+pub(crate) use types::{error, memory_info, memory_log, stats};
 
 pub use allocator::{Allocator, PlainAllocator, ORT_ALLOCATOR_VERSION};
 pub use arena::Arena;

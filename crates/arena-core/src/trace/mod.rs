@@ -10,6 +10,9 @@ use crate::stream::{Stream, StreamId};
 use std::time::Instant;
 
 pub mod picture;
+pub(crate) mod recorder;
+pub mod torch_snapshot;
+pub mod trace_format;
 
 /// One trace operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,0 +1,5 @@
+//! What every allocator is ([`allocator::Allocator`], ONNX Runtime's `OrtAllocator` in Rust)
+//! and the allocator that is not an arena: the memory pool's simulation.
+
+pub(crate) mod allocator;
+pub(crate) mod pool;

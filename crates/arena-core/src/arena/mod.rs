@@ -1,0 +1,15 @@
+//! The BFC arena ([`Arena`]: ONNX Runtime's semantics, in `bfc.rs`; its virtual-memory mode in
+//! `bfc/vm.rs`) and the structures it is made of: size bins, the free lists, the chunk slab,
+//! regions, mapped pages, address maps, the live-block ledger and the lock.
+
+pub(crate) mod addr_map;
+mod bfc;
+pub mod bins;
+pub(crate) mod chunks;
+pub mod free_list;
+pub(crate) mod live_blocks;
+pub(crate) mod lock;
+pub(crate) mod pages;
+pub(crate) mod region;
+
+pub use bfc::Arena;
