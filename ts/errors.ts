@@ -5,7 +5,7 @@
  * code, `ERR_NO_NATIVE_BINDING` (platform.ts), comes from loading the package itself, before
  * any native code runs, so the Rust and C lists do not have it. The ONNX Runtime
  * integration's codes, {@link ORT_ERROR_CODES}, are the Node binding's own (raised by
- * `useWithOnnxRuntime` and `bindings/node/src/ort.rs`, never by the arena), so they are a list
+ * `useWithOnnxRuntime` and `bindings/node/src/exports/ort.rs`, never by the arena), so they are a list
  * of their own, which the binding's `ortErrorCodes()` must match.
  */
 

@@ -1,5 +1,5 @@
 /**
- * This copy of the package's fast path (see bindings/node/src/fast.rs): the arguments and
+ * This copy of the package's fast path (see bindings/node/src/exports/fast.rs): the arguments and
  * results of the hottest calls pass through a scratch block of its own, which the native side
  * owns, so each call converts no arguments. Another copy of the package in this thread (a
  * cleared `require` cache, two versions of a dependency) has its own. Where the runtime

@@ -6,7 +6,7 @@
  * How: ONNX Runtime's environment is process-wide, and its library is one shared object. The
  * native side opens that same library (`RTLD_NOLOAD`: only if it is already loaded), negotiates
  * an `OrtApi` version, takes the environment with `CreateEnv` and calls `RegisterAllocator`
- * with cuda-arena's `OrtAllocator` view of the allocator (`bindings/node/src/ort.rs`, over the
+ * with cuda-arena's `OrtAllocator` view of the allocator (`bindings/node/src/exports/ort.rs`, over the
  * `cuda-arena-ort-allocator` crate). A session opts in with the session config entry
  * `session.use_env_allocators=1`, which onnxruntime-node passes on from `extra`.
  *

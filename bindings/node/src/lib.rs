@@ -7,15 +7,9 @@
 // In the test build napi does not register the exported functions, so they look unused.
 #![cfg_attr(test, allow(dead_code))]
 
-mod allocator;
-mod bigint;
-mod convert;
-mod error;
-mod factory;
-mod fast;
-mod functions;
-mod handles;
-mod ort;
-mod recording;
-mod replay;
-mod stream;
+mod args;
+mod exports;
+
+// The modules keep the paths they had when the crate was flat.
+pub(crate) use args::{bigint, convert, error, handles};
+pub(crate) use exports::{allocator, stream};
