@@ -3,9 +3,14 @@
 //! DESIGN's decisions on top. This file is policy; the structures live in `bins`,
 //! `free_list`, `chunks` and `region`.
 //!
-//! One mutex guards the whole state, as in ORT; raw allocator calls happen under it. The
-//! state sits behind an `Arc` so that streams can tell the arena, through a weak reference,
-//! when they are released (it then resets their chunks; see `stream.rs`).
+//! Threads (issue 15): an arena is a set of sub-arenas, one per thread alive at once
+//! (`sub_arenas.rs`), each a whole BFC arena (`State` below) behind its own lock; a thread
+//! allocates from its own and frees to whichever owns the address. The raw allocator is
+//! called with no lock held (growth reserves its budget first, idle regions are taken out
+//! before they go back). `MaxInUse` stays exact across sub-arenas by escrow
+//! (`in_use_quota.rs`). The state sits behind an `Arc` so that streams can tell the arena,
+//! through a weak reference, when they are released (it then resets their chunks in every
+//! sub-arena; see `stream.rs`).
 //!
 //! Streams the host owns (issue 13) with events: a free on one takes a mark under the lock (no
 //! driver call); an allocation that finds no chunk lets go of the lock, records and queries the
@@ -14,19 +19,21 @@
 
 use crate::addr_map::{AddrMap, AddrTable};
 use crate::allocator::{out_of_range, range_inside, Allocator};
-use crate::bins::{bin_for_size, bin_size, round_up_256, MIN_ALLOCATION_SIZE, NUM_BINS};
+use crate::bins::{bin_for_size, bin_size, round_up_256, NUM_BINS};
 use crate::chunks::{Chunk, ChunkSlab};
 use crate::config::{ArenaConfig, ExtendStrategy};
 use crate::error::{ArenaError, Result};
 use crate::free_list::{FreeBins, NIL};
-use crate::lock::ArenaLock;
+use crate::in_use_quota::{self, Admit, Metered};
 use crate::memory_info::MemoryInfo;
 use crate::memory_log::{BinLog, ChunkLog, MemoryLog, RegionLog, ReserveLog};
 use crate::raw::RawAllocator;
 use crate::region::{Region, RegionSet};
 use crate::stats::AllocatorStats;
-use crate::stream::{Clock, Stream, StreamId, StreamUser};
+use crate::stream::{Clock, Stream, StreamId};
 use crate::stream_events::FreeEvents;
+use crate::sub_arenas::{Global, SubArenas};
+use parking_lot::MutexGuard;
 use std::sync::Arc;
 
 /// Host-owned streams with events that tag chunks of an arena, by stream id (ascending).
@@ -42,11 +49,21 @@ enum Waited {
     Finished,
 }
 
-/// What an allocation that found no free chunk does next.
+/// What an allocation that found no free chunk in its sub-arena does next.
 enum Miss {
-    Found(u32),
-    /// Let go of the lock, then poll (or finish) these streams' events and search again.
+    /// Poll (or finish) these streams' events, with no lock held, and search again.
     Wait(Vec<Arc<FreeEvents>>, Waited),
+    /// Grow the sub-arena.
+    Grow,
+}
+
+/// One try at handing out a chunk of one sub-arena.
+enum Attempt {
+    Taken(u64),
+    /// No chunk there fits (or may be taken by this stream).
+    NoFit,
+    /// The quota needs the global lock, now held: try again.
+    Again,
 }
 
 /// ORT's back-off: a refused region is retried at 90% of its size (single precision, as ORT
@@ -54,17 +71,19 @@ enum Miss {
 const BACKOFF_FACTOR: f32 = 0.9;
 const BACKOFF_MIN_BYTES: u64 = 8192;
 
-/// A BFC arena over the raw allocator `R`. Thread-safe.
+/// A BFC arena over the raw allocator `R`. Thread-safe; threads allocate from sub-arenas of
+/// their own (see the module docs).
 #[derive(Debug)]
 pub struct Arena<R: RawAllocator> {
     raw: R,
     config: ArenaConfig,
     stream_aware: bool,
-    state: Arc<ArenaLock<State>>,
+    subs: Arc<SubArenas>,
 }
 
+/// One sub-arena: a whole BFC arena's state, behind a lock of its own (`sub_arenas.rs`).
 #[derive(Debug)]
-struct State {
+pub(crate) struct State {
     chunks: ChunkSlab,
     /// Exactly the free chunks, each in the bin of its size.
     bins: FreeBins,
@@ -73,10 +92,13 @@ struct State {
     live: AddrTable,
     /// Live reserves: address → size (not rounded).
     reserves: AddrMap<u64>,
+    /// This sub-arena's part of the stats (`MaxInUse` here is its own peak; the arena's is
+    /// the ledger's).
     stats: AllocatorStats,
     /// Size of the next power-of-two region (ORT's `curr_region_allocation_bytes_`).
     growth: u64,
-    next_region_id: u64,
+    /// Ordinal of the next allocation; the sub-arena's index sits in the top bits, so ordinals
+    /// are unique across sub-arenas.
     next_alloc_id: u64,
     /// Set by [`Allocator::retire`]: every region and reserve went back to the raw allocator
     /// and every call fails with `ERR_ARENA_RELEASED`. Checked only on the paths a retired
@@ -86,31 +108,40 @@ struct State {
     /// that allocated here and has not been reset or released since. A free chunk tagged with
     /// one carries, as its sync id, the mark its last free took on that stream.
     hosted: Hosted,
+    /// How much `stats.in_use` may reach before the global ledger is asked (`in_use_quota.rs`).
+    quota: u64,
+    /// This sub-arena's index in its arena.
+    index: u32,
+}
+
+/// A wholly free region taken out of a sub-arena while its memory goes back to the raw
+/// allocator with no lock held, with what it takes to put it back if that fails.
+#[derive(Debug)]
+pub(crate) struct Detached {
+    region: Region,
+    /// Its chunks, lowest address first.
+    chunks: Vec<Chunk>,
+}
+
+impl Detached {
+    pub(crate) fn base(&self) -> u64 {
+        self.region.base
+    }
+
+    pub(crate) fn size(&self) -> u64 {
+        self.region.size
+    }
 }
 
 impl<R: RawAllocator> Arena<R> {
     /// An arena over `raw` with `config`. Takes no memory until the first allocation.
     pub fn new(raw: R, config: ArenaConfig) -> Result<Self> {
         config.validate()?;
-        let first = config.max_mem.min(config.initial_chunk_size_bytes);
-        let state = State {
-            chunks: ChunkSlab::default(),
-            bins: FreeBins::new(),
-            regions: RegionSet::default(),
-            live: AddrTable::default(),
-            reserves: AddrMap::default(),
-            stats: AllocatorStats::with_limit(config.max_mem),
-            growth: round_up_256(first).unwrap_or(first),
-            next_region_id: 0,
-            next_alloc_id: 1,
-            retired: false,
-            hosted: Vec::new(),
-        };
         Ok(Arena {
             raw,
+            subs: Arc::new(SubArenas::new(&config)),
             config,
             stream_aware: true,
-            state: Arc::new(ArenaLock::new(state)),
         })
     }
 
@@ -128,6 +159,12 @@ impl<R: RawAllocator> Arena<R> {
     /// The configuration the arena was made with.
     pub fn config(&self) -> &ArenaConfig {
         &self.config
+    }
+
+    /// How many times the sub-arenas' `InUse` quotas were rebalanced (`in_use_quota.rs`): the
+    /// one step of the common path that needs every thread's sub-arena. For benchmarks.
+    pub fn quota_rebalances(&self) -> u64 {
+        self.subs.global().ledger.rebalances
     }
 
     /// The size as the arena will hand it out, or why it never can (DESIGN decision 4).
@@ -158,161 +195,433 @@ impl<R: RawAllocator> Arena<R> {
         }
         let rounded = self.rounded(size)?;
         let consumer = stream.map_or(0, Stream::id);
+        let me = SubArenas::index();
+        let sub = self.subs.get_or_make(me);
         let mut waited = Waited::Nothing;
+        let mut global = None;
         loop {
-            let mut st = self.state.lock();
-            let mut clock = stream.map(Stream::clock);
-            let id = match st.find(rounded, consumer, clock.as_deref()) {
-                Some(id) => id,
-                None => {
-                    match self.on_miss(
-                        &mut st,
-                        rounded,
-                        size,
-                        consumer,
-                        clock.as_deref(),
-                        waited,
-                    )? {
-                        Miss::Found(id) => id,
-                        Miss::Wait(others, next) => {
-                            // Driver calls (event record, query, synchronize) outside the lock.
-                            drop(clock);
-                            drop(st);
-                            for f in &others {
-                                if next == Waited::Finished {
-                                    f.finish();
-                                } else {
-                                    f.advance();
-                                }
-                            }
-                            waited = next;
-                            continue;
+            match self.try_take(me, rounded, size, consumer, stream, &mut global) {
+                Attempt::Taken(addr) => return Ok(Some(addr)),
+                Attempt::Again => continue,
+                Attempt::NoFit => {}
+            }
+            global = None;
+            let miss = self.on_miss(&mut sub.lock(), consumer, waited)?;
+            match miss {
+                Miss::Wait(others, next) => {
+                    // Driver calls (event record, query, synchronize) with no lock held.
+                    for f in &others {
+                        if next == Waited::Finished {
+                            f.finish();
+                        } else {
+                            f.advance();
                         }
                     }
+                    waited = next;
                 }
-            };
-            let sync_id = clock.as_deref().map_or(0, Clock::sync_id);
-            let addr = st.take(
-                id,
-                rounded,
-                size,
-                consumer,
-                sync_id,
-                self.config.max_dead_bytes_per_chunk,
-            );
-            // The chunk is tagged with the stream now: the stream must tell us when it goes.
-            if let Some(clock) = clock.as_mut() {
-                clock.register_user(&self.state);
-                if let Some(events) = stream.and_then(Stream::free_events) {
-                    st.register_hosted(consumer, events);
+                Miss::Grow => {
+                    let reached =
+                        self.grow_or_reach(me, rounded, size, consumer, stream, &mut waited)?;
+                    if let Some(addr) = reached {
+                        return Ok(Some(addr));
+                    }
                 }
             }
-            return Ok(Some(addr));
         }
     }
 
-    /// No free chunk fits. First, once, other host streams' frees may have completed: the
-    /// caller polls their events. Then the arena grows; when even that runs out of memory,
-    /// the caller waits for those events, once, before the error stands.
-    #[cold]
-    #[inline(never)]
-    fn on_miss(
-        &self,
-        st: &mut State,
+    /// Hands out a chunk of sub-arena `t` that `consumer` may take, if one fits, charging `t`'s
+    /// quota (and rebalancing when it must: then `global` is held, here or on the next try).
+    #[inline]
+    fn try_take<'a>(
+        &'a self,
+        t: usize,
         rounded: u64,
         size: u64,
         consumer: StreamId,
-        clock: Option<&Clock>,
-        waited: Waited,
-    ) -> Result<Miss> {
+        stream: Option<&Stream>,
+        global: &mut Option<MutexGuard<'a, Global>>,
+    ) -> Attempt {
+        let Some(sub) = self.subs.get(t) else {
+            return Attempt::NoFit;
+        };
+        let mut st = sub.lock();
+        let mut clock = stream.map(Stream::clock);
+        let Some(id) = st.find(rounded, consumer, clock.as_deref()) else {
+            return Attempt::NoFit;
+        };
+        let max_dead = self.config.max_dead_bytes_per_chunk;
+        let charge = st.charge_of(id, rounded, max_dead);
+        if !in_use_quota::admits(&*st, charge) {
+            // No clock is held while other sub-arenas are locked (the lock order); the chunk
+            // stays one the stream may take (what a stream has waited on only grows).
+            drop(clock.take());
+        }
+        let frozen = match self.subs.admit(global, t, &mut st, charge) {
+            Admit::Fits(frozen) => frozen,
+            Admit::Retry => {
+                drop(st);
+                *global = Some(self.subs.global());
+                return Attempt::Again;
+            }
+        };
+        if clock.is_none() {
+            clock = stream.map(Stream::clock);
+        }
+        let sync_id = clock.as_deref().map_or(0, Clock::sync_id);
+        let addr = st.take(id, rounded, size, consumer, sync_id, max_dead);
+        // The charge is applied: the sum a rebalance recorded was reached.
+        drop(frozen);
+        *global = None;
+        // The chunk is tagged with the stream now: the stream must tell us when it goes.
+        if let Some(clock) = clock.as_mut() {
+            clock.register_user(&self.subs);
+            if let Some(events) = stream.and_then(Stream::free_events) {
+                st.register_hosted(consumer, events);
+            }
+        }
+        Attempt::Taken(addr)
+    }
+
+    /// No free chunk fits in this thread's sub-arena. First, once, other host streams' frees
+    /// may have completed: the caller polls their events. Then the sub-arena grows.
+    #[cold]
+    #[inline(never)]
+    fn on_miss(&self, st: &mut State, consumer: StreamId, waited: Waited) -> Result<Miss> {
         if waited == Waited::Nothing {
             let others = st.hosted_waiting(consumer);
             if !others.is_empty() {
                 return Ok(Miss::Wait(others, Waited::Polled));
             }
         }
-        match self.grow_and_find(st, rounded, size, consumer, clock) {
-            Ok(id) => Ok(Miss::Found(id)),
-            Err(e @ ArenaError::OutOfMemory { .. }) if waited != Waited::Finished => {
-                let others = st.hosted_waiting(consumer);
-                if others.is_empty() {
-                    Err(e)
-                } else {
-                    Ok(Miss::Wait(others, Waited::Finished))
-                }
-            }
-            Err(e) => Err(e),
-        }
+        st.check_live()?;
+        Ok(Miss::Grow)
     }
 
-    /// No free chunk fits: grow the arena (releasing idle regions first if growing fails)
-    /// and search again. Out of line, to keep `allocate`'s common path small.
+    /// Grows sub-arena `me`; out of memory, releases the wholly free regions of every
+    /// sub-arena and grows once more (decision 7), then takes a chunk `consumer` may use from
+    /// another sub-arena, then waits, once, for the other host streams' events before the error
+    /// stands. `Ok(None)`: search again.
     #[cold]
     #[inline(never)]
-    fn grow_and_find(
+    fn grow_or_reach(
         &self,
-        st: &mut State,
+        me: usize,
         rounded: u64,
         size: u64,
         consumer: StreamId,
-        clock: Option<&Clock>,
-    ) -> Result<u32> {
-        st.check_live()?;
-        st.with_release_retry(&self.raw, &self.config, |st| {
-            st.try_extend(&self.raw, &self.config, rounded, size)
-        })?;
-        st.find(rounded, consumer, clock)
-            .ok_or_else(|| ArenaError::oom(size, "no free chunk fits even after growing the arena"))
+        stream: Option<&Stream>,
+        waited: &mut Waited,
+    ) -> Result<Option<u64>> {
+        let mut err = match self.grow(me, rounded, size) {
+            Ok(()) => return Ok(None),
+            Err(e @ ArenaError::OutOfMemory { .. }) => e,
+            Err(e) => return Err(e),
+        };
+        if self.subs.release_idle(&self.raw).0 > 0 {
+            self.subs.get_or_make(me).lock().reset_growth(&self.config);
+            match self.grow(me, rounded, size) {
+                Ok(()) => return Ok(None),
+                Err(e @ ArenaError::OutOfMemory { .. }) => err = e,
+                Err(e) => return Err(e),
+            }
+        }
+        let mut global = None;
+        for t in self.subs.used().filter(|&t| t != me).collect::<Vec<_>>() {
+            loop {
+                match self.try_take(t, rounded, size, consumer, stream, &mut global) {
+                    Attempt::Taken(addr) => return Ok(Some(addr)),
+                    Attempt::Again => continue,
+                    Attempt::NoFit => break,
+                }
+            }
+            global = None;
+        }
+        if *waited != Waited::Finished {
+            let others = self.hosted_waiting_anywhere(consumer);
+            if !others.is_empty() {
+                for f in &others {
+                    f.finish();
+                }
+                *waited = Waited::Finished;
+                return Ok(None);
+            }
+        }
+        Err(err)
     }
 
-    /// Frees what is not an in-use chunk: a reserve, or an unknown address (an error).
+    /// The events of host streams other than `consumer`, in any sub-arena, whose frees are not
+    /// all known complete (each stream once).
+    fn hosted_waiting_anywhere(&self, consumer: StreamId) -> Vec<Arc<FreeEvents>> {
+        let mut all: Vec<Arc<FreeEvents>> = Vec::new();
+        for t in self.subs.used().collect::<Vec<_>>() {
+            if let Some(sub) = self.subs.get(t) {
+                for f in sub.lock().hosted_waiting(consumer) {
+                    if !all.iter().any(|g| Arc::ptr_eq(g, &f)) {
+                        all.push(f);
+                    }
+                }
+            }
+        }
+        all
+    }
+
+    /// Grows sub-arena `me` by one region that can hold `rounded` bytes (ORT's `Extend`): the
+    /// budget under `arena.max_mem` is reserved first, the raw allocator called with no lock
+    /// held, and the region added after. Changes nothing on failure.
+    fn grow(&self, me: usize, rounded: u64, requested: u64) -> Result<()> {
+        let sub = self.subs.get_or_make(me);
+        let (size, growth) = self.subs.reserve_budget(|budget, held| {
+            let st = sub.lock();
+            st.check_live()?;
+            st.plan_extend(&self.config, rounded, requested, budget & !255, held)
+        })?;
+        let mut reserved = size;
+        let got = alloc_region(&self.raw, size, rounded, requested, |less| {
+            self.subs.return_budget(less);
+            reserved -= less;
+        });
+        let (base, size) = got.inspect_err(|_| self.subs.return_budget(reserved))?;
+        let mut st = sub.lock();
+        if let Err(e) = st.check_live() {
+            drop(st);
+            // Retired meanwhile: nothing is to be kept (nothing to report if this fails).
+            let _ = self.raw.free(base, size);
+            self.subs.return_budget(size);
+            return Err(e);
+        }
+        st.commit_extend(base, size, growth, self.subs.next_region_id());
+        self.subs.directory.insert(base, size, me as u32);
+        Ok(())
+    }
+
+    /// Obtains a reserve's memory from the raw allocator within the budget, with no lock held.
+    fn raw_reserve(&self, size: u64) -> Result<u64> {
+        let max_mem = self.config.max_mem;
+        self.subs.reserve_budget(|budget, _| {
+            if size > budget {
+                return Err(ArenaError::oom(
+                    size,
+                    format!(
+                        "a reserve of {size} bytes exceeds the {budget} bytes left under arena.max_mem {max_mem}"
+                    ),
+                ));
+            }
+            Ok((size, ()))
+        })?;
+        self.raw
+            .alloc(size)
+            .inspect_err(|_| self.subs.return_budget(size))
+    }
+
+    /// Frees what is not an in-use chunk of `st`: a reserve, or an unknown address (an error).
     #[cold]
     #[inline(never)]
     fn free_other(&self, st: &mut State, addr: u64) -> Result<()> {
         st.check_live()?;
         if let Some(&size) = st.reserves.get(&addr) {
-            self.raw.free(addr, size)?;
+            // Under the sub-arena's lock, so no second free races it; reserves are rare. Out
+            // of the directory first: once freed, the address may come back for another
+            // sub-arena's region, which must not find this entry.
+            self.subs.directory.remove(addr);
+            if let Err(e) = self.raw.free(addr, size) {
+                self.subs.directory.insert(addr, size, st.index());
+                return Err(e);
+            }
             st.reserves.remove(&addr);
             st.stats.remove_in_use(size, size);
             st.stats.reserved_bytes -= size;
             st.stats.total_allocated -= size;
+            self.subs.return_budget(size);
             return Ok(());
         }
         Err(ArenaError::unknown_pointer(addr, st.describe_unknown(addr)))
     }
 
-    /// Runs `op` with the lock held once `[addr, addr+len)` is known to lie inside one live
-    /// allocation (its requested size), so no free can race the copy.
-    fn in_range<T>(&self, addr: u64, len: u64, op: impl FnOnce(&R) -> Result<T>) -> Result<T> {
-        let st = self.state.lock();
-        st.check_live()?;
-        if st.contains_range(addr, len) {
-            op(&self.raw)
-        } else {
-            Err(out_of_range(addr, len, "this allocator"))
+    /// A free that is not of a chunk this thread's sub-arena handed out.
+    #[cold]
+    #[inline(never)]
+    fn free_elsewhere(&self, addr: u64) -> Result<()> {
+        self.with_owner(addr, |st| match st.live.remove(addr) {
+            Some(id) => {
+                st.mark_hosted_free(id);
+                st.release_chunk(id);
+                Ok(())
+            }
+            None => self.free_other(st, addr),
+        })
+    }
+
+    /// Runs `op` on the locked sub-arena whose region or reserve holds `addr`; an address no
+    /// sub-arena holds is unknown (`ERR_ARENA_RELEASED` once retired).
+    fn with_owner<T>(&self, addr: u64, op: impl FnOnce(&mut State) -> Result<T>) -> Result<T> {
+        let owner = self.subs.directory.owner(addr);
+        match owner.and_then(|t| self.subs.get(t as usize)) {
+            Some(sub) => op(&mut sub.lock()),
+            None => {
+                if self.subs.global().retired {
+                    return Err(crate::allocator::retired());
+                }
+                Err(ArenaError::unknown_pointer(
+                    addr,
+                    "was not allocated by this allocator",
+                ))
+            }
         }
+    }
+
+    /// Runs `op` with the owning sub-arena's lock held once `[addr, addr+len)` is known to lie
+    /// inside one live allocation (its requested size), so no free can race the copy.
+    fn in_range<T>(&self, addr: u64, len: u64, op: impl FnOnce(&R) -> Result<T>) -> Result<T> {
+        let found = self.with_owner(addr, |st| {
+            st.check_live()?;
+            if st.contains_range(addr, len) {
+                Ok(Some(op(&self.raw)))
+            } else {
+                Ok(None)
+            }
+        });
+        match found {
+            Ok(Some(r)) => r,
+            Ok(None) => Err(out_of_range(addr, len, "this allocator")),
+            Err(e) if e.code() == "ERR_ARENA_RELEASED" => Err(e),
+            Err(_) => Err(out_of_range(addr, len, "this allocator")),
+        }
+    }
+
+    /// The arena as it is when nothing else runs: `ERR_ARENA_RELEASED` once retired.
+    fn check_live(&self) -> Result<()> {
+        if self.subs.global().retired {
+            return Err(crate::allocator::retired());
+        }
+        Ok(())
+    }
+
+    /// Hands everything back to the raw allocator for good (retire and drop).
+    fn retire_all(&self) {
+        let mut f = self.subs.freeze();
+        if f.global.retired {
+            return;
+        }
+        // Out of the directory before any memory goes back (it may come back to another arena).
+        self.subs.directory.clear();
+        let mut hosted = Vec::new();
+        for (_, st) in &mut f.subs {
+            let held = st.held();
+            hosted.push(st.retire(&self.raw));
+            self.subs.return_budget(held);
+        }
+        f.global.retired = true;
+        f.global.ledger.clear();
+        drop(f);
+        // Outside the locks: the last references hand their events back to the backend.
+        drop(hosted);
     }
 
     /// Walks every chunk and checks the arena's invariants: regions tiled exactly by linked
     /// chunks, free chunks in their bins and in-use ones in the address map, no two adjacent
-    /// free chunks of one stream left unmerged, and every stat equal to what the chunks and
-    /// reserves add up to. O(chunks); for tests and debugging. Returns the first fault.
+    /// free chunks of one stream left unmerged, every stat equal to what the chunks and
+    /// reserves add up to, and across sub-arenas the quotas, the budget and the directory.
+    /// O(chunks); for tests and debugging. Returns the first fault.
     pub fn check_invariants(&self) -> std::result::Result<(), String> {
-        self.state.lock().check(&self.raw)
+        self.subs.check(&self.raw)
     }
 }
 
-impl StreamUser for ArenaLock<State> {
-    fn stream_released(&self, id: StreamId) {
-        let hosted = self.lock().reset_stream(id);
-        // Outside the lock: the last reference hands its events back to the backend.
-        drop(hosted);
+/// ORT's back-off: asks `raw` for `size` bytes, then for 90% of that and so on while it stays
+/// at least `rounded` and [`BACKOFF_MIN_BYTES`]; `shrunk(by)` hears of each smaller request.
+/// Returns the region's base and size.
+fn alloc_region<R: RawAllocator>(
+    raw: &R,
+    mut size: u64,
+    rounded: u64,
+    requested: u64,
+    mut shrunk: impl FnMut(u64),
+) -> Result<(u64, u64)> {
+    loop {
+        match raw.alloc(size) {
+            Ok(base) => return Ok((base, size)),
+            Err(ArenaError::OutOfMemory { reason, .. }) => {
+                let smaller = ((size as f32) * BACKOFF_FACTOR) as u64;
+                let smaller = round_up_256(smaller).unwrap_or(u64::MAX);
+                if smaller >= size || smaller < rounded || smaller < BACKOFF_MIN_BYTES {
+                    return Err(ArenaError::oom(
+                        requested,
+                        format!("the raw allocator refused a region for {rounded} bytes, even after backing off to {size}: {reason}"),
+                    ));
+                }
+                shrunk(size - smaller);
+                size = smaller;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+impl Metered for State {
+    #[inline]
+    fn in_use(&self) -> u64 {
+        self.stats.in_use
+    }
+
+    fn peak(&self) -> u64 {
+        self.stats.max_in_use
+    }
+
+    #[inline]
+    fn quota(&self) -> u64 {
+        self.quota
+    }
+
+    fn set_quota(&mut self, quota: u64) {
+        self.quota = quota;
     }
 }
 
 impl State {
+    /// An empty sub-arena, index `index` of its arena.
+    pub(crate) fn new(config: &ArenaConfig, index: u64) -> Self {
+        let first = config.max_mem.min(config.initial_chunk_size_bytes);
+        State {
+            chunks: ChunkSlab::default(),
+            bins: FreeBins::new(),
+            regions: RegionSet::default(),
+            live: AddrTable::default(),
+            reserves: AddrMap::default(),
+            stats: AllocatorStats::with_limit(config.max_mem),
+            growth: round_up_256(first).unwrap_or(first),
+            next_alloc_id: 1 + (index << 48),
+            retired: false,
+            hosted: Vec::new(),
+            quota: 0,
+            index: index as u32,
+        }
+    }
+
+    /// This sub-arena's index in its arena.
+    pub(crate) fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// A sub-arena made after its arena was retired is retired from the start.
+    pub(crate) fn mark_retired(&mut self) {
+        self.retired = true;
+    }
+
+    /// Bytes this sub-arena holds from the raw allocator: regions and reserves.
+    pub(crate) fn held(&self) -> u64 {
+        self.stats.total_allocated
+    }
+
+    /// `(base, size)` of every region and reserve.
+    pub(crate) fn ranges(&self) -> Vec<(u64, u64)> {
+        let mut v: Vec<(u64, u64)> = self.regions.iter().map(|(_, r)| (r.base, r.size)).collect();
+        v.extend(self.reserves.iter().map(|(&a, &s)| (a, s)));
+        v
+    }
+
     /// `ERR_ARENA_RELEASED` once the arena is retired.
-    fn check_live(&self) -> Result<()> {
+    pub(crate) fn check_live(&self) -> Result<()> {
         if self.retired {
             return Err(ArenaError::Released {
                 what: "the allocator".into(),
@@ -324,7 +633,7 @@ impl State {
     /// Hands every region and reserve back to `raw` and empties the arena for good. Returns
     /// the host streams' events it held, for the caller to drop once the lock is released.
     #[must_use]
-    fn retire<R: RawAllocator>(&mut self, raw: &R) -> Hosted {
+    pub(crate) fn retire<R: RawAllocator>(&mut self, raw: &R) -> Hosted {
         // Nothing can be reported here (retire and drop cannot fail); the raw allocator's
         // counters show what came back.
         for (_, r) in self.regions.iter() {
@@ -344,6 +653,7 @@ impl State {
             ..AllocatorStats::default()
         };
         self.retired = true;
+        self.quota = 0;
         std::mem::take(&mut self.hosted)
     }
 
@@ -402,6 +712,17 @@ impl State {
         )
     }
 
+    /// The bytes handing out free chunk `id` for `rounded` bytes adds to `InUse`.
+    #[inline]
+    pub(crate) fn charge_of(&self, id: u32, rounded: u64, max_dead: u64) -> u64 {
+        let chunk_size = self.chunks.get(id).size;
+        if splits(chunk_size, rounded, max_dead) {
+            rounded
+        } else {
+            chunk_size
+        }
+    }
+
     /// Hands out free chunk `id`, splitting off what is left when ORT's rule says so. The
     /// caller gets the low end, as in ORT.
     #[inline]
@@ -415,8 +736,7 @@ impl State {
         sync_id: u64,
         max_dead: u64,
     ) -> u64 {
-        let chunk_size = self.chunks.get(id).size;
-        if chunk_size / 2 >= rounded || chunk_size - rounded >= max_dead {
+        if splits(self.chunks.get(id).size, rounded, max_dead) {
             self.split(id, rounded);
         } else {
             self.bins.remove(id);
@@ -517,48 +837,28 @@ impl State {
         self.chunks.remove(b);
     }
 
-    /// Runs `op`; if it runs out of memory, releases wholly free regions and, if that freed
-    /// any, runs it once more (DESIGN decision 7).
-    fn with_release_retry<T, R: RawAllocator>(
-        &mut self,
-        raw: &R,
-        config: &ArenaConfig,
-        mut op: impl FnMut(&mut State) -> Result<T>,
-    ) -> Result<T> {
-        match op(self) {
-            Err(e @ ArenaError::OutOfMemory { .. }) => {
-                if self.release_idle_regions(raw).0 == 0 {
-                    return Err(e);
-                }
-                self.reset_growth(config);
-                op(self)
-            }
-            other => other,
-        }
-    }
-
-    /// Grows the arena by one region that can hold `rounded` bytes (ORT's `Extend`). Changes
-    /// nothing on failure.
-    fn try_extend<R: RawAllocator>(
-        &mut self,
-        raw: &R,
+    /// The region ORT's `Extend` asks for to hold `rounded` bytes, with `available` bytes (a
+    /// multiple of 256) left under `arena.max_mem` and `held` held by the whole arena, and the
+    /// growth size after it; an error when the budget is too small. Changes nothing.
+    pub(crate) fn plan_extend(
+        &self,
         config: &ArenaConfig,
         rounded: u64,
         requested: u64,
-    ) -> Result<()> {
-        let budget = config.max_mem.saturating_sub(self.stats.total_allocated);
-        let available = budget & !(MIN_ALLOCATION_SIZE - 1);
+        available: u64,
+        held: u64,
+    ) -> Result<(u64, u64)> {
         if rounded > available {
             return Err(ArenaError::oom(
                 requested,
                 format!(
                     "available memory of {available} bytes is smaller than the {rounded} bytes needed \
-                     (arena.max_mem {}, {} bytes held)",
-                    config.max_mem, self.stats.total_allocated
+                     (arena.max_mem {}, {held} bytes held)",
+                    config.max_mem
                 ),
             ));
         }
-        let (mut size, growth) = match config.extend_strategy {
+        Ok(match config.extend_strategy {
             ExtendStrategy::SameAsRequested => (rounded, self.growth),
             ExtendStrategy::NextPowerOfTwo => {
                 let mut cur = self.growth;
@@ -576,38 +876,24 @@ impl State {
                 }
                 (size, cur)
             }
-        };
-        let base = loop {
-            match raw.alloc(size) {
-                Ok(base) => break base,
-                Err(ArenaError::OutOfMemory { reason, .. }) => {
-                    let smaller = ((size as f32) * BACKOFF_FACTOR) as u64;
-                    let smaller = round_up_256(smaller).unwrap_or(u64::MAX);
-                    if smaller < rounded || smaller < BACKOFF_MIN_BYTES {
-                        return Err(ArenaError::oom(
-                            requested,
-                            format!("the raw allocator refused a region for {rounded} bytes, even after backing off to {size}: {reason}"),
-                        ));
-                    }
-                    size = smaller;
-                }
-                Err(e) => return Err(e),
-            }
-        };
-        self.growth = growth;
-        self.add_region(base, size);
-        Ok(())
+        })
     }
 
-    fn add_region(&mut self, base: u64, size: u64) {
+    /// Adds the region the raw allocator gave for a [`State::plan_extend`], and takes its
+    /// growth size.
+    pub(crate) fn commit_extend(&mut self, base: u64, size: u64, growth: u64, id: u64) {
+        self.growth = growth;
+        self.add_region(base, size, id);
+    }
+
+    fn add_region(&mut self, base: u64, size: u64, id: u64) {
         let region = Region {
-            id: self.next_region_id,
+            id,
             base,
             size,
             first_chunk: NIL,
         };
         let slot = self.regions.insert(region);
-        self.next_region_id += 1;
         let chunk = Chunk {
             addr: base,
             size,
@@ -627,32 +913,56 @@ impl State {
         self.stats.num_arena_extensions += 1;
     }
 
-    /// Returns every region with no chunk in use to the raw allocator. Returns how many were
-    /// released and the first raw error (its region is kept intact).
-    fn release_idle_regions<R: RawAllocator>(&mut self, raw: &R) -> (usize, Option<ArenaError>) {
-        let mut released = 0;
-        let mut first_err = None;
+    /// Takes every region with no chunk in use out of the sub-arena, for the caller to hand
+    /// back to the raw allocator with no lock held ([`State::restore_region`] if that fails).
+    pub(crate) fn detach_idle_regions(&mut self) -> Vec<Detached> {
+        let mut out = Vec::new();
         for slot in self.idle_regions() {
-            let r = self.regions.get(slot);
-            let (base, size, first) = (r.base, r.size, r.first_chunk);
-            if let Err(e) = raw.free(base, size) {
-                first_err.get_or_insert(e);
+            let Some(region) = self.regions.remove(slot) else {
                 continue;
-            }
-            let mut id = first;
+            };
+            let mut chunks = Vec::new();
+            let mut id = region.first_chunk;
             while id != NIL {
-                let next = self.chunks.get(id).next;
+                let c = *self.chunks.get(id);
                 self.bins.remove(id);
                 self.chunks.remove(id);
-                id = next;
+                chunks.push(c);
+                id = c.next;
             }
-            self.regions.remove(slot);
-            self.stats.total_allocated -= size;
+            self.stats.total_allocated -= region.size;
             self.stats.num_arena_extensions -= 1;
             self.stats.num_arena_shrinkages += 1;
-            released += 1;
+            out.push(Detached { region, chunks });
         }
-        (released, first_err)
+        out
+    }
+
+    /// Puts back a region the raw allocator would not take back, as it was.
+    pub(crate) fn restore_region(&mut self, d: Detached) {
+        let slot = self.regions.insert(Region {
+            first_chunk: NIL,
+            ..d.region
+        });
+        let mut prev = NIL;
+        for c in d.chunks {
+            let id = self.chunks.insert(Chunk {
+                prev,
+                next: NIL,
+                region: slot,
+                ..c
+            });
+            if prev == NIL {
+                self.regions.get_mut(slot).first_chunk = id;
+            } else {
+                self.chunks.get_mut(prev).next = id;
+            }
+            self.bins.insert(id, c.size, c.addr);
+            prev = id;
+        }
+        self.stats.total_allocated += d.region.size;
+        self.stats.num_arena_extensions += 1;
+        self.stats.num_arena_shrinkages -= 1;
     }
 
     /// Slots of regions with no chunk in use. Walks every chunk: only shrinking needs it.
@@ -675,28 +985,9 @@ impl State {
     }
 
     /// After a shrink the next region is `initial_growth_chunk_size_bytes` again (ORT C).
-    fn reset_growth(&mut self, config: &ArenaConfig) {
+    pub(crate) fn reset_growth(&mut self, config: &ArenaConfig) {
         let g = config.initial_growth_chunk_size_bytes;
         self.growth = round_up_256(g).unwrap_or(g);
-    }
-
-    fn try_reserve<R: RawAllocator>(
-        &mut self,
-        raw: &R,
-        config: &ArenaConfig,
-        size: u64,
-    ) -> Result<u64> {
-        let budget = config.max_mem.saturating_sub(self.stats.total_allocated);
-        if size > budget {
-            return Err(ArenaError::oom(
-                size,
-                format!(
-                    "a reserve of {size} bytes exceeds the {budget} bytes left under arena.max_mem {}",
-                    config.max_mem
-                ),
-            ));
-        }
-        raw.alloc(size)
     }
 
     fn region_firsts(&self) -> Vec<u32> {
@@ -707,7 +998,7 @@ impl State {
     /// Returns the stream's events if it was a host stream with events, for the caller to drop
     /// once the lock is released.
     #[must_use]
-    fn reset_stream(&mut self, stream: StreamId) -> Option<Arc<FreeEvents>> {
+    pub(crate) fn reset_stream(&mut self, stream: StreamId) -> Option<Arc<FreeEvents>> {
         let hosted = match self.hosted.binary_search_by_key(&stream, |e| e.0) {
             Ok(i) => Some(self.hosted.remove(i).1),
             Err(_) => None,
@@ -799,7 +1090,7 @@ impl State {
         }
     }
 
-    fn log(&self) -> MemoryLog {
+    pub(crate) fn log(&self) -> MemoryLog {
         let regions: Vec<RegionLog> = self
             .regions
             .iter()
@@ -862,7 +1153,7 @@ impl State {
         }
     }
 
-    fn check<R: RawAllocator>(&self, raw: &R) -> std::result::Result<(), String> {
+    pub(crate) fn check(&self) -> std::result::Result<(), String> {
         self.bins.check()?;
         let (mut in_use, mut requested, mut held, mut free_chunks, mut live_chunks) =
             (0, 0, 0, 0, 0);
@@ -946,11 +1237,6 @@ impl State {
                 s.num_arena_extensions,
                 self.regions.len() as u64,
             ),
-            (
-                "raw bytes outstanding",
-                raw.raw_stats().raw_bytes_outstanding,
-                held + reserved,
-            ),
         ];
         for (what, got, want) in checks {
             if got != want {
@@ -964,16 +1250,18 @@ impl State {
     }
 }
 
+/// ORT's rule: a chunk of `chunk_size` bytes handed out for `rounded` is split when at least
+/// half of it, or `max_dead` bytes, would be left over.
+#[inline]
+fn splits(chunk_size: u64, rounded: u64, max_dead: u64) -> bool {
+    chunk_size / 2 >= rounded || chunk_size - rounded >= max_dead
+}
+
 impl<R: RawAllocator> Drop for Arena<R> {
     fn drop(&mut self) {
-        // A stream being released on another thread may still hold the state for a moment
-        // (to reset its chunks); retiring under the lock leaves it nothing to touch.
-        let mut st = self.state.lock();
-        if !st.retired {
-            let hosted = st.retire(&self.raw);
-            drop(st);
-            drop(hosted);
-        }
+        // A stream being released on another thread may still hold the sub-arenas for a moment
+        // (to reset its chunks); retiring under their locks leaves it nothing to touch.
+        self.retire_all();
     }
 }
 
@@ -988,30 +1276,60 @@ impl<R: RawAllocator> Allocator for Arena<R> {
         if addr == 0 {
             return Ok(());
         }
-        let mut st = self.state.lock();
-        if let Some(id) = st.live.remove(addr) {
-            st.mark_hosted_free(id);
-            st.release_chunk(id);
-            return Ok(());
+        // The common case: a chunk this thread's own sub-arena handed out.
+        if let Some(sub) = self.subs.get(SubArenas::index()) {
+            let mut st = sub.lock();
+            if let Some(id) = st.live.remove(addr) {
+                st.mark_hosted_free(id);
+                st.release_chunk(id);
+                return Ok(());
+            }
         }
-        self.free_other(&mut st, addr)
+        self.free_elsewhere(addr)
     }
 
     fn reserve(&self, size: u64) -> Result<Option<u64>> {
         if size == 0 {
             return Ok(None);
         }
-        let mut st = self.state.lock();
-        st.check_live()?;
-        let addr = st.with_release_retry(&self.raw, &self.config, |st| {
-            st.try_reserve(&self.raw, &self.config, size)
-        })?;
-        st.reserves.insert(addr, size);
-        st.stats.add_in_use(size, size);
-        st.stats.num_reserves += 1;
-        st.stats.reserved_bytes += size;
-        st.stats.total_allocated += size;
-        Ok(Some(addr))
+        let me = SubArenas::index();
+        let sub = self.subs.get_or_make(me);
+        sub.lock().check_live()?;
+        let addr = match self.raw_reserve(size) {
+            Err(ArenaError::OutOfMemory { .. }) if self.subs.release_idle(&self.raw).0 > 0 => {
+                // Decision 7.
+                sub.lock().reset_growth(&self.config);
+                self.raw_reserve(size)?
+            }
+            other => other?,
+        };
+        let mut global = None;
+        loop {
+            let mut st = sub.lock();
+            if let Err(e) = st.check_live() {
+                drop(st);
+                let _ = self.raw.free(addr, size);
+                self.subs.return_budget(size);
+                return Err(e);
+            }
+            let frozen = match self.subs.admit(&mut global, me, &mut st, size) {
+                Admit::Fits(frozen) => frozen,
+                Admit::Retry => {
+                    drop(st);
+                    global = Some(self.subs.global());
+                    continue;
+                }
+            };
+            st.reserves.insert(addr, size);
+            st.stats.add_in_use(size, size);
+            st.stats.num_reserves += 1;
+            st.stats.reserved_bytes += size;
+            st.stats.total_allocated += size;
+            drop(frozen);
+            drop(global);
+            self.subs.directory.insert(addr, size, me as u32);
+            return Ok(Some(addr));
+        }
     }
 
     fn is_stream_aware(&self) -> bool {
@@ -1029,22 +1347,14 @@ impl<R: RawAllocator> Allocator for Arena<R> {
     }
 
     fn reset_chunks_using_stream(&self, stream: &Stream) -> Result<()> {
-        let hosted = {
-            let mut st = self.state.lock();
-            st.check_live()?;
-            st.reset_stream(stream.id())
-        };
+        self.check_live()?;
+        let hosted = self.subs.reset_stream(stream.id());
         drop(hosted);
         Ok(())
     }
 
     fn retire(&self) {
-        let mut st = self.state.lock();
-        if !st.retired {
-            let hosted = st.retire(&self.raw);
-            drop(st);
-            drop(hosted);
-        }
+        self.retire_all();
     }
 
     fn info(&self) -> MemoryInfo {
@@ -1052,7 +1362,22 @@ impl<R: RawAllocator> Allocator for Arena<R> {
     }
 
     fn stats(&self) -> AllocatorStats {
-        self.state.lock().stats
+        let f = self.subs.freeze();
+        let mut s = AllocatorStats::with_limit(self.config.max_mem);
+        for (_, st) in &f.subs {
+            let t = &st.stats;
+            s.in_use += t.in_use;
+            s.requested_in_use += t.requested_in_use;
+            s.total_allocated += t.total_allocated;
+            s.reserved_bytes += t.reserved_bytes;
+            s.num_allocs += t.num_allocs;
+            s.num_reserves += t.num_reserves;
+            s.num_arena_extensions += t.num_arena_extensions;
+            s.num_arena_shrinkages += t.num_arena_shrinkages;
+            s.max_alloc_size = s.max_alloc_size.max(t.max_alloc_size);
+        }
+        s.max_in_use = f.global.ledger.max_in_use;
+        s
     }
 
     fn can_shrink(&self) -> bool {
@@ -1060,31 +1385,68 @@ impl<R: RawAllocator> Allocator for Arena<R> {
     }
 
     fn shrink(&self) -> Result<()> {
-        let mut st = self.state.lock();
-        st.check_live()?;
-        let (_, err) = st.release_idle_regions(&self.raw);
-        st.reset_growth(&self.config);
+        self.check_live()?;
+        let (_, err) = self.subs.release_idle(&self.raw);
+        for t in self.subs.used().collect::<Vec<_>>() {
+            if let Some(sub) = self.subs.get(t) {
+                sub.lock().reset_growth(&self.config);
+            }
+        }
         err.map_or(Ok(()), Err)
     }
 
     fn memory_log(&self) -> MemoryLog {
-        self.state.lock().log()
+        let mut logs: Vec<MemoryLog> = {
+            let f = self.subs.freeze();
+            f.subs.iter().map(|(_, st)| st.log()).collect()
+        };
+        if logs.len() == 1 {
+            let mut log = logs.remove(0);
+            log.stats = self.stats();
+            return log;
+        }
+        let mut log = MemoryLog {
+            stats: self.stats(),
+            ..MemoryLog::default()
+        };
+        for l in logs {
+            log.regions.extend(l.regions);
+            log.reserves.extend(l.reserves);
+            for b in l.bins {
+                match log.bins.iter_mut().find(|x| x.bin_size == b.bin_size) {
+                    Some(x) => {
+                        x.chunks += b.chunks;
+                        x.in_use_chunks += b.in_use_chunks;
+                        x.bytes += b.bytes;
+                        x.in_use_bytes += b.in_use_bytes;
+                        x.requested_bytes += b.requested_bytes;
+                    }
+                    None => log.bins.push(b),
+                }
+            }
+        }
+        log.regions.sort_by_key(|r| r.base);
+        log.reserves.sort_by_key(|r| r.addr);
+        log.bins.sort_by_key(|b| b.bin_size);
+        log
     }
 
     fn allocated_size(&self, addr: u64) -> Result<u64> {
-        let st = self.state.lock();
-        if let Some(&size) = st.reserves.get(&addr) {
-            return Ok(size);
-        }
-        st.live_chunk(addr).map(|c| c.size)
+        self.with_owner(addr, |st| {
+            if let Some(&size) = st.reserves.get(&addr) {
+                return Ok(size);
+            }
+            st.live_chunk(addr).map(|c| c.size)
+        })
     }
 
     fn requested_size(&self, addr: u64) -> Result<u64> {
-        let st = self.state.lock();
-        if let Some(&size) = st.reserves.get(&addr) {
-            return Ok(size);
-        }
-        st.live_chunk(addr).map(|c| c.requested_size)
+        self.with_owner(addr, |st| {
+            if let Some(&size) = st.reserves.get(&addr) {
+                return Ok(size);
+            }
+            st.live_chunk(addr).map(|c| c.requested_size)
+        })
     }
 
     fn write(&self, addr: u64, data: &[u8]) -> Result<()> {

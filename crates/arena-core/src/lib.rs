@@ -9,6 +9,7 @@ pub mod backend;
 pub mod bins;
 mod chunks;
 pub mod config;
+mod directory;
 pub mod env_config;
 mod error;
 pub mod factory;
@@ -17,6 +18,7 @@ pub mod free_list;
 /// Fuzz target bodies, shared by `fuzz/` and the replay test; not a supported API.
 #[doc(hidden)]
 pub mod fuzzing;
+mod in_use_quota;
 mod live_blocks;
 mod lock;
 mod memory_info;
@@ -30,6 +32,8 @@ mod region;
 mod stats;
 mod stream;
 pub mod stream_events;
+mod sub_arenas;
+mod thread_slot;
 pub mod torch_snapshot;
 pub mod trace;
 pub mod trace_format;

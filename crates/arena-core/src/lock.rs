@@ -1,109 +1,35 @@
-//! The arena's lock: one atomic exchange to take it, one plain store to give it back.
+//! The sub-arenas' lock: parking_lot's mutex. Waiters spin briefly, then park, and an unlock
+//! that finds one parked wakes it, so the lock goes to a waiter as soon as it is free.
 //!
-//! A general-purpose mutex (std's, parking_lot's) also needs an atomic read-modify-write to
-//! release, to learn whether anyone sleeps on it; at ~8 ns per atomic on the machines we
-//! measure, that is a quarter of an alloc+free pair. The arena's critical sections are tens
-//! of nanoseconds, except when the raw allocator is called (growth, shrink), so waiters spin
-//! briefly, then yield, then sleep in short steps: nobody sleeps on the lock, so releasing it
-//! needs to wake nobody.
-#![allow(unsafe_code)]
+//! It replaced a lock whose waiters slept in fixed 20 µs naps (so that unlocking was a plain
+//! store, with nobody to wake): under contention a freed lock sat idle until a napper woke, and
+//! sixteen threads on one arena fell to a fraction of one thread's throughput (issue 15). Each
+//! thread now has a sub-arena of its own, so the lock is rarely contended at all; when it is (a
+//! free from another thread, a quota rebalance), hand-off is what keeps the others moving.
 
-use std::cell::UnsafeCell;
-use std::hint::spin_loop;
-use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
-
-const SPINS: u32 = 64;
-const YIELDS: u32 = 64;
-const NAP: Duration = Duration::from_micros(20);
+use parking_lot::{Mutex, MutexGuard};
 
 /// Mutual exclusion for `T`, as above.
 #[derive(Debug, Default)]
 pub struct ArenaLock<T> {
-    locked: AtomicBool,
-    value: UnsafeCell<T>,
+    inner: Mutex<T>,
 }
-
-// SAFETY: the lock hands out access to `value` to one thread at a time (the `locked` flag,
-// taken with Acquire and released with Release, orders every access), so sharing the lock
-// is as safe as sending `T`.
-unsafe impl<T: Send> Sync for ArenaLock<T> {}
 
 /// Access to the locked value; releases the lock when dropped.
-#[derive(Debug)]
-pub struct ArenaGuard<'a, T> {
-    lock: &'a ArenaLock<T>,
-}
+pub type ArenaGuard<'a, T> = MutexGuard<'a, T>;
 
 impl<T> ArenaLock<T> {
     /// A lock around `value`.
     pub fn new(value: T) -> Self {
         ArenaLock {
-            locked: AtomicBool::new(false),
-            value: UnsafeCell::new(value),
+            inner: Mutex::new(value),
         }
-    }
-
-    /// One atomic exchange (measured a little cheaper than a compare-and-swap here).
-    #[inline]
-    fn try_take(&self) -> bool {
-        !self.locked.swap(true, Ordering::Acquire)
     }
 
     /// Waits for the lock and takes it.
     #[inline]
     pub fn lock(&self) -> ArenaGuard<'_, T> {
-        if !self.try_take() {
-            self.lock_slow();
-        }
-        ArenaGuard { lock: self }
-    }
-
-    #[cold]
-    fn lock_slow(&self) {
-        let mut round = 0u32;
-        loop {
-            // Read before trying again, so waiters do not fight over the cache line.
-            if !self.locked.load(Ordering::Relaxed) && self.try_take() {
-                return;
-            }
-            round = round.saturating_add(1);
-            if round < SPINS {
-                for _ in 0..(1u32 << (round / 8).min(6)) {
-                    spin_loop();
-                }
-            } else if round < SPINS + YIELDS {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(NAP);
-            }
-        }
-    }
-}
-
-impl<T> Deref for ArenaGuard<'_, T> {
-    type Target = T;
-    #[inline]
-    fn deref(&self) -> &T {
-        // SAFETY: a guard exists only while its thread holds the lock.
-        unsafe { &*self.lock.value.get() }
-    }
-}
-
-impl<T> DerefMut for ArenaGuard<'_, T> {
-    #[inline]
-    fn deref_mut(&mut self) -> &mut T {
-        // SAFETY: a guard exists only while its thread holds the lock, and `&mut self`
-        // keeps this the only reference derived from it.
-        unsafe { &mut *self.lock.value.get() }
-    }
-}
-
-impl<T> Drop for ArenaGuard<'_, T> {
-    #[inline]
-    fn drop(&mut self) {
-        self.lock.locked.store(false, Ordering::Release);
+        self.inner.lock()
     }
 }
 
@@ -111,6 +37,7 @@ impl<T> Drop for ArenaGuard<'_, T> {
 mod tests {
     use super::*;
     use std::sync::Arc;
+    use std::time::Duration;
 
     #[test]
     fn increments_from_many_threads_are_not_lost() {
