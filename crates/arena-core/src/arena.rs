@@ -30,7 +30,7 @@ use crate::memory_log::{BinLog, ChunkLog, MemoryLog, RegionLog, ReserveLog};
 use crate::raw::RawAllocator;
 use crate::region::{Region, RegionSet};
 use crate::stats::AllocatorStats;
-use crate::stream::{Clock, Stream, StreamId};
+use crate::stream::{Stream, StreamId};
 use crate::stream_events::FreeEvents;
 use crate::sub_arenas::{Global, SubArenas};
 use parking_lot::MutexGuard;
@@ -112,6 +112,9 @@ pub(crate) struct State {
     quota: u64,
     /// This sub-arena's index in its arena.
     index: u32,
+    /// The stream that last took a chunk here, known to be registered to tell the arena when
+    /// it goes (so the common path skips the stream's lock).
+    registered: StreamId,
 }
 
 /// A wholly free region taken out of a sub-arena while its memory goes back to the raw
@@ -170,22 +173,28 @@ impl<R: RawAllocator> Arena<R> {
     /// The size as the arena will hand it out, or why it never can (DESIGN decision 4).
     #[inline]
     fn rounded(&self, size: u64) -> Result<u64> {
-        let rounded = round_up_256(size).ok_or_else(|| {
-            ArenaError::oom(
+        match round_up_256(size) {
+            Some(rounded) if rounded <= self.config.max_mem => Ok(rounded),
+            rounded => Err(self.never_fits(size, rounded)),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn never_fits(&self, size: u64, rounded: Option<u64>) -> ArenaError {
+        match rounded {
+            None => ArenaError::oom(
                 size,
                 "the size rounded up to a multiple of 256 does not fit in 64 bits",
-            )
-        })?;
-        if rounded > self.config.max_mem {
-            return Err(ArenaError::oom(
+            ),
+            Some(rounded) => ArenaError::oom(
                 size,
                 format!(
                     "{rounded} bytes (rounded) exceed arena.max_mem of {}",
                     self.config.max_mem
                 ),
-            ));
+            ),
         }
-        Ok(rounded)
     }
 
     #[inline]
@@ -194,8 +203,52 @@ impl<R: RawAllocator> Arena<R> {
             return Ok(None);
         }
         let rounded = self.rounded(size)?;
-        let consumer = stream.map_or(0, Stream::id);
         let me = SubArenas::index();
+        match self.take_fast(me, rounded, size, stream) {
+            Some(addr) => Ok(Some(addr)),
+            None => self.allocate_slow(me, rounded, size, stream),
+        }
+    }
+
+    /// The common path: this thread's sub-arena has a chunk the stream may take, and its quota
+    /// has room for it. `None` otherwise, with nothing changed.
+    #[inline(always)]
+    fn take_fast(
+        &self,
+        me: usize,
+        rounded: u64,
+        size: u64,
+        stream: Option<&Stream>,
+    ) -> Option<u64> {
+        let mut st = self.subs.get(me)?.lock();
+        let consumer = stream.map_or(0, Stream::id);
+        let id = st.find(rounded, consumer, stream)?;
+        let chunk_size = st.chunks.get(id).size;
+        let split = splits(chunk_size, rounded, self.config.max_dead_bytes_per_chunk);
+        let charge = if split { rounded } else { chunk_size };
+        if !in_use_quota::admits(&*st, charge) {
+            return None;
+        }
+        let sync_id = stream.map_or(0, Stream::sync_id);
+        let addr = st.take(id, rounded, size, consumer, sync_id, split);
+        if let Some(stream) = stream {
+            self.tag_with(&mut st, stream);
+        }
+        Some(addr)
+    }
+
+    /// Everything else: the quota needs a rebalance, the sub-arena needs growing or making,
+    /// other streams' events need polling, memory must come from elsewhere.
+    #[cold]
+    #[inline(never)]
+    fn allocate_slow(
+        &self,
+        me: usize,
+        rounded: u64,
+        size: u64,
+        stream: Option<&Stream>,
+    ) -> Result<Option<u64>> {
+        let consumer = stream.map_or(0, Stream::id);
         let sub = self.subs.get_or_make(me);
         let mut waited = Waited::Nothing;
         let mut global = None;
@@ -232,7 +285,6 @@ impl<R: RawAllocator> Arena<R> {
 
     /// Hands out a chunk of sub-arena `t` that `consumer` may take, if one fits, charging `t`'s
     /// quota (and rebalancing when it must: then `global` is held, here or on the next try).
-    #[inline]
     fn try_take<'a>(
         &'a self,
         t: usize,
@@ -246,41 +298,54 @@ impl<R: RawAllocator> Arena<R> {
             return Attempt::NoFit;
         };
         let mut st = sub.lock();
-        let mut clock = stream.map(Stream::clock);
-        let Some(id) = st.find(rounded, consumer, clock.as_deref()) else {
+        let Some(id) = st.find(rounded, consumer, stream) else {
             return Attempt::NoFit;
         };
-        let max_dead = self.config.max_dead_bytes_per_chunk;
-        let charge = st.charge_of(id, rounded, max_dead);
-        if !in_use_quota::admits(&*st, charge) {
-            // No clock is held while other sub-arenas are locked (the lock order); the chunk
-            // stays one the stream may take (what a stream has waited on only grows).
-            drop(clock.take());
-        }
-        let frozen = match self.subs.admit(global, t, &mut st, charge) {
-            Admit::Fits(frozen) => frozen,
-            Admit::Retry => {
-                drop(st);
-                *global = Some(self.subs.global());
-                return Attempt::Again;
-            }
+        let split = splits(
+            st.chunks.get(id).size,
+            rounded,
+            self.config.max_dead_bytes_per_chunk,
+        );
+        let charge = if split {
+            rounded
+        } else {
+            st.chunks.get(id).size
         };
-        if clock.is_none() {
-            clock = stream.map(Stream::clock);
-        }
-        let sync_id = clock.as_deref().map_or(0, Clock::sync_id);
-        let addr = st.take(id, rounded, size, consumer, sync_id, max_dead);
-        // The charge is applied: the sum a rebalance recorded was reached.
-        drop(frozen);
-        *global = None;
-        // The chunk is tagged with the stream now: the stream must tell us when it goes.
-        if let Some(clock) = clock.as_mut() {
-            clock.register_user(&self.subs);
-            if let Some(events) = stream.and_then(Stream::free_events) {
-                st.register_hosted(consumer, events);
+        let mut frozen = None;
+        if global.is_some() || !in_use_quota::admits(&*st, charge) {
+            match self.subs.admit(global, t, &mut st, charge) {
+                Admit::Fits(f) => frozen = Some(f),
+                Admit::Retry => {
+                    drop(st);
+                    *global = Some(self.subs.global());
+                    return Attempt::Again;
+                }
             }
+        }
+        let sync_id = stream.map_or(0, Stream::sync_id);
+        let addr = st.take(id, rounded, size, consumer, sync_id, split);
+        if frozen.is_some() {
+            // The charge is applied: the sum a rebalance recorded was reached.
+            drop(frozen);
+            *global = None;
+        }
+        if let Some(stream) = stream {
+            self.tag_with(&mut st, stream);
         }
         Attempt::Taken(addr)
+    }
+
+    /// A chunk of `st` is tagged with `stream` now: the stream must tell the arena when it
+    /// goes, and a host stream's frees take its marks.
+    #[inline(always)]
+    fn tag_with(&self, st: &mut State, stream: &Stream) {
+        if st.registered != stream.id() {
+            stream.clock().register_user(&self.subs);
+            st.registered = stream.id();
+        }
+        if let Some(events) = stream.free_events() {
+            st.register_hosted(stream.id(), events);
+        }
     }
 
     /// No free chunk fits in this thread's sub-arena. First, once, other host streams' frees
@@ -595,6 +660,7 @@ impl State {
             hosted: Vec::new(),
             quota: 0,
             index: index as u32,
+            registered: 0,
         }
     }
 
@@ -689,11 +755,13 @@ impl State {
         }
     }
 
-    /// The best free chunk for `rounded` bytes that stream `consumer` may use (0: no stream).
-    #[inline]
-    fn find(&self, rounded: u64, consumer: StreamId, clock: Option<&Clock>) -> Option<u32> {
+    /// The best free chunk for `rounded` bytes that `stream` (id `consumer`, 0: no stream) may
+    /// use. The stream's clock is locked only if a chunk of another stream is considered.
+    #[inline(always)]
+    fn find(&self, rounded: u64, consumer: StreamId, stream: Option<&Stream>) -> Option<u32> {
         let chunks = &self.chunks;
         let hosted = &self.hosted;
+        let mut clock = None;
         self.bins.best_fit(
             rounded,
             #[inline(always)]
@@ -705,27 +773,19 @@ impl State {
                 c.stream == consumer || c.stream == 0 || {
                     match hosted.binary_search_by_key(&c.stream, |e| e.0) {
                         Ok(i) => hosted[i].1.is_complete(c.sync_id),
-                        Err(_) => clock.is_some_and(|cl| c.sync_id < cl.last_wait(c.stream)),
+                        Err(_) => stream.is_some_and(|s| {
+                            let clock = clock.get_or_insert_with(|| s.clock());
+                            c.sync_id < clock.last_wait(c.stream)
+                        }),
                     }
                 }
             },
         )
     }
 
-    /// The bytes handing out free chunk `id` for `rounded` bytes adds to `InUse`.
-    #[inline]
-    pub(crate) fn charge_of(&self, id: u32, rounded: u64, max_dead: u64) -> u64 {
-        let chunk_size = self.chunks.get(id).size;
-        if splits(chunk_size, rounded, max_dead) {
-            rounded
-        } else {
-            chunk_size
-        }
-    }
-
     /// Hands out free chunk `id`, splitting off what is left when ORT's rule says so. The
     /// caller gets the low end, as in ORT.
-    #[inline]
+    #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     fn take(
         &mut self,
@@ -734,9 +794,9 @@ impl State {
         size: u64,
         consumer: StreamId,
         sync_id: u64,
-        max_dead: u64,
+        split: bool,
     ) -> u64 {
-        if splits(self.chunks.get(id).size, rounded, max_dead) {
+        if split {
             self.split(id, rounded);
         } else {
             self.bins.remove(id);
@@ -760,7 +820,7 @@ impl State {
     /// Cuts free chunk `id` at `rounded`: `id` keeps the low end and leaves the bins; the
     /// rest becomes a new free chunk with the same stream and sync id, which takes over
     /// `id`'s bin entry.
-    #[inline]
+    #[inline(always)]
     fn split(&mut self, id: u32, rounded: u64) {
         let c = self.chunks.get(id);
         let rest = Chunk {
@@ -787,7 +847,7 @@ impl State {
 
     /// Marks in-use chunk `id` (already out of the address table) free, merges it with free
     /// neighbours of the same stream and leaves the result in its bin.
-    #[inline]
+    #[inline(always)]
     fn release_chunk(&mut self, id: u32) {
         let c = self.chunks.get_mut(id);
         c.in_use = false;

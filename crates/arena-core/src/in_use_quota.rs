@@ -101,7 +101,10 @@ pub(crate) enum Admit<F> {
 /// The allocation path's step, under sub-arena `me`'s lock (`mine`): `charge` more bytes fit
 /// its quota, or a rebalance makes them fit. The global lock is `global` if the caller already
 /// holds it, else taken with `try_global` (never blocking: the caller holds a sub-arena lock);
-/// when held it stays in `global` until the caller drops it, after applying the charge.
+/// when held it stays in `global` until the caller drops it, after applying the charge. Out of
+/// line: the common path tests [`admits`] itself.
+#[cold]
+#[inline(never)]
 pub(crate) fn admit<M, G, L>(
     global: &mut Option<L>,
     try_global: impl FnOnce() -> Option<L>,

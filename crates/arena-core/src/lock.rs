@@ -1,35 +1,152 @@
-//! The sub-arenas' lock: parking_lot's mutex. Waiters spin briefly, then park, and an unlock
-//! that finds one parked wakes it, so the lock goes to a waiter as soon as it is free.
+//! The sub-arenas' lock: one atomic exchange to take it, a plain store to give it back, and
+//! waiters that park and are woken by the unlock, so a freed lock goes to a waiter at once.
 //!
-//! It replaced a lock whose waiters slept in fixed 20 µs naps (so that unlocking was a plain
-//! store, with nobody to wake): under contention a freed lock sat idle until a napper woke, and
-//! sixteen threads on one arena fell to a fraction of one thread's throughput (issue 15). Each
-//! thread now has a sub-arena of its own, so the lock is rarely contended at all; when it is (a
-//! free from another thread, a quota rebalance), hand-off is what keeps the others moving.
+//! Why not a stock mutex: parking_lot's and std's also need an atomic read-modify-write to
+//! release (to learn whether anyone sleeps); measured through the C ABI on one thread
+//! (`scripts/gpu/bench/replay_mt.cpp` on `virtual`), that second atomic cost 3 ns of a 105 ns
+//! alloc-or-free, and the single-thread bar of issue 15 allows 5%. Why not the lock this one
+//! replaced, whose release was the same plain store: nobody could be woken, so its waiters slept
+//! in fixed 20 µs naps, and under contention a freed lock sat idle until a napper woke (sixteen
+//! threads on one arena fell to a fraction of one thread's throughput). Each thread now has a
+//! sub-arena of its own, so the lock is rarely contended at all; when it is (a free from
+//! another thread, a quota rebalance), waking is what keeps the others moving.
+//!
+//! A waiter counts itself in `parked`, then parks (parking_lot_core's queue for this lock's
+//! address) while the lock is still held; an unlock stores `false` and, if `parked` is not 0,
+//! wakes one. Without a fence between that store and that load, an unlock can read `parked`
+//! before a waiter's count reaches it while the waiter still sees the lock held: that waiter
+//! would miss its wake-up. It then wakes on its own after [`SAFETY_NET`] and tries again; this
+//! needs the two threads inside the same few nanoseconds, so it is the exception, not the way
+//! waiters get the lock.
+#![allow(unsafe_code)]
 
-use parking_lot::{Mutex, MutexGuard};
+use std::cell::UnsafeCell;
+use std::hint::spin_loop;
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// Rounds of spinning before a waiter parks: the critical sections are tens of nanoseconds.
+const SPINS: u32 = 40;
+/// How long a parked waiter waits before it looks again by itself (see the module docs).
+const SAFETY_NET: Duration = Duration::from_millis(1);
 
 /// Mutual exclusion for `T`, as above.
 #[derive(Debug, Default)]
 pub struct ArenaLock<T> {
-    inner: Mutex<T>,
+    locked: AtomicBool,
+    /// Waiters parked, or about to park, on this lock.
+    parked: AtomicU32,
+    value: UnsafeCell<T>,
 }
 
+// SAFETY: the lock hands out access to `value` to one thread at a time (the `locked` flag,
+// taken with Acquire and released with Release, orders every access), so sharing the lock
+// is as safe as sending `T`.
+unsafe impl<T: Send> Sync for ArenaLock<T> {}
+
 /// Access to the locked value; releases the lock when dropped.
-pub type ArenaGuard<'a, T> = MutexGuard<'a, T>;
+#[derive(Debug)]
+pub struct ArenaGuard<'a, T> {
+    lock: &'a ArenaLock<T>,
+}
 
 impl<T> ArenaLock<T> {
     /// A lock around `value`.
     pub fn new(value: T) -> Self {
         ArenaLock {
-            inner: Mutex::new(value),
+            locked: AtomicBool::new(false),
+            parked: AtomicU32::new(0),
+            value: UnsafeCell::new(value),
         }
+    }
+
+    /// One atomic exchange (measured a little cheaper than a compare-and-swap here).
+    #[inline]
+    fn try_take(&self) -> bool {
+        !self.locked.swap(true, Ordering::Acquire)
+    }
+
+    /// The key of this lock's queue of parked threads: its address, which it owns.
+    fn key(&self) -> usize {
+        std::ptr::from_ref(self).addr()
     }
 
     /// Waits for the lock and takes it.
     #[inline]
     pub fn lock(&self) -> ArenaGuard<'_, T> {
-        self.inner.lock()
+        if !self.try_take() {
+            self.lock_slow();
+        }
+        ArenaGuard { lock: self }
+    }
+
+    #[cold]
+    fn lock_slow(&self) {
+        for round in 0..SPINS {
+            // Read before trying again, so waiters do not fight over the cache line.
+            if !self.locked.load(Ordering::Relaxed) && self.try_take() {
+                return;
+            }
+            for _ in 0..(1u32 << (round / 8).min(5)) {
+                spin_loop();
+            }
+        }
+        loop {
+            self.parked.fetch_add(1, Ordering::SeqCst);
+            // SAFETY: the key is this lock's own address, used by no other primitive; the
+            // callbacks neither panic nor call into parking_lot.
+            unsafe {
+                parking_lot_core::park(
+                    self.key(),
+                    || self.locked.load(Ordering::SeqCst),
+                    || {},
+                    |_, _| {},
+                    parking_lot_core::DEFAULT_PARK_TOKEN,
+                    Some(Instant::now() + SAFETY_NET),
+                );
+            }
+            self.parked.fetch_sub(1, Ordering::SeqCst);
+            if !self.locked.load(Ordering::Relaxed) && self.try_take() {
+                return;
+            }
+        }
+    }
+
+    #[cold]
+    fn wake_one(&self) {
+        // SAFETY: as in `lock_slow`; the callback neither panics nor calls into parking_lot.
+        unsafe {
+            parking_lot_core::unpark_one(self.key(), |_| parking_lot_core::DEFAULT_UNPARK_TOKEN);
+        }
+    }
+}
+
+impl<T> Deref for ArenaGuard<'_, T> {
+    type Target = T;
+    #[inline]
+    fn deref(&self) -> &T {
+        // SAFETY: a guard exists only while its thread holds the lock.
+        unsafe { &*self.lock.value.get() }
+    }
+}
+
+impl<T> DerefMut for ArenaGuard<'_, T> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: a guard exists only while its thread holds the lock, and `&mut self`
+        // keeps this the only reference derived from it.
+        unsafe { &mut *self.lock.value.get() }
+    }
+}
+
+impl<T> Drop for ArenaGuard<'_, T> {
+    #[inline]
+    fn drop(&mut self) {
+        self.lock.locked.store(false, Ordering::Release);
+        if self.lock.parked.load(Ordering::Relaxed) != 0 {
+            self.lock.wake_one();
+        }
     }
 }
 
@@ -37,7 +154,6 @@ impl<T> ArenaLock<T> {
 mod tests {
     use super::*;
     use std::sync::Arc;
-    use std::time::Duration;
 
     #[test]
     fn increments_from_many_threads_are_not_lost() {
@@ -71,5 +187,23 @@ mod tests {
         waiter.join().expect("waiter");
         lock.lock().push(3);
         assert_eq!(*lock.lock(), vec![2, 3]);
+    }
+
+    #[test]
+    fn a_waiter_parks_and_is_woken_by_the_unlock() {
+        let lock = Arc::new(ArenaLock::new(0u32));
+        let g = lock.lock();
+        let waiter = {
+            let lock = lock.clone();
+            std::thread::spawn(move || *lock.lock() += 1)
+        };
+        // The waiter spins, then counts itself as parked.
+        while lock.parked.load(Ordering::SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        drop(g);
+        waiter.join().expect("waiter");
+        assert_eq!(*lock.lock(), 1);
+        assert_eq!(lock.parked.load(Ordering::SeqCst), 0);
     }
 }

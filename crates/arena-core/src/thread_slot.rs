@@ -8,6 +8,7 @@
 //! ever more sub-arenas. Asking costs one thread-local read after the first time.
 
 use parking_lot::Mutex;
+use std::cell::Cell;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
@@ -39,15 +40,28 @@ impl Drop for Held {
 }
 
 thread_local! {
+    /// This thread's number once it has one (`u32::MAX` before): a plain read, where `HELD`,
+    /// having a destructor, is checked for registration on every access.
+    static NUMBER: Cell<u32> = const { Cell::new(u32::MAX) };
     static HELD: Held = Held::take();
 }
 
 /// This thread's number. A thread whose locals are already being destroyed (an allocator
-/// used from another thread-local's destructor) gets 0: any number is correct, a shared one
-/// only slower.
+/// used from another thread-local's destructor) may get a number another thread holds, or 0:
+/// any number is correct, a shared one only slower.
 #[inline]
 pub(crate) fn current() -> u32 {
-    HELD.try_with(|h| h.0).unwrap_or(0)
+    NUMBER.with(|n| match n.get() {
+        u32::MAX => first(n),
+        v => v,
+    })
+}
+
+#[cold]
+fn first(n: &Cell<u32>) -> u32 {
+    let v = HELD.try_with(|h| h.0).unwrap_or(0);
+    n.set(v);
+    v
 }
 
 #[cfg(test)]
