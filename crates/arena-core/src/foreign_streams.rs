@@ -304,6 +304,74 @@ impl ForeignStreams {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::stream::{StreamId, StreamUser};
+    use std::sync::atomic::AtomicUsize;
+
+    #[derive(Default)]
+    struct Released(AtomicUsize);
+    impl StreamUser for Released {
+        fn stream_released(&self, _: StreamId) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_stream_this_thread_remembers_is_released_when_the_host_forgets_it() {
+        let f = ForeignStreams::new();
+        let user = Arc::new(Released::default());
+        let s = f.get(7).expect("made");
+        s.clock().register_user(&user);
+        let again = f.get(7).expect("remembered");
+        assert_eq!(again.id(), s.id());
+        drop((s, again));
+        drop(f.forget(7));
+        assert_eq!(user.0.load(Ordering::SeqCst), 1, "released at once");
+        assert_ne!(f.get(7).expect("a new stream").id(), 0);
+    }
+
+    #[test]
+    fn a_remembered_lookup_of_a_replaced_handle_is_not_used() {
+        let f = ForeignStreams::new();
+        // Kept alive here, so only the epoch can tell this thread its lookup is stale.
+        let first = f.get(9).expect("made");
+        // Another thread forgets the handle and a new stream takes it.
+        std::thread::scope(|t| {
+            t.spawn(|| {
+                f.forget(9);
+                f.get(9).expect("made again")
+            });
+        });
+        let now = f.get(9).expect("the current stream");
+        assert_ne!(
+            now.id(),
+            first.id(),
+            "this thread's remembered lookup was stale"
+        );
+    }
+
+    #[test]
+    fn threads_remember_their_own_lookups() {
+        let f = ForeignStreams::new();
+        let ids: Vec<(u64, u64)> = std::thread::scope(|t| {
+            let hs: Vec<_> = (1..=4u64)
+                .map(|h| {
+                    let f = &f;
+                    t.spawn(move || {
+                        let a = f.get(h).expect("made").id();
+                        let b = f.get(h).expect("remembered").id();
+                        (a, b)
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().expect("thread")).collect()
+        });
+        for (a, b) in &ids {
+            assert_eq!(a, b);
+        }
+        let mut distinct: Vec<u64> = ids.iter().map(|p| p.0).collect();
+        distinct.dedup();
+        assert_eq!(distinct.len(), 4, "four handles, four streams");
+    }
 
     #[test]
     fn one_handle_is_one_stream_until_forgotten() {
