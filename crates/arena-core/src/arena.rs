@@ -538,20 +538,24 @@ impl<R: RawAllocator> Arena<R> {
     /// Runs `op` with the owning sub-arena's lock held once `[addr, addr+len)` is known to lie
     /// inside one live allocation (its requested size), so no free can race the copy.
     fn in_range<T>(&self, addr: u64, len: u64, op: impl FnOnce(&R) -> Result<T>) -> Result<T> {
-        let found = self.with_owner(addr, |st| {
+        self.check_live()?;
+        // The sub-arena whose region or reserve holds `addr`; an empty range may also sit at
+        // the very end of an allocation, which the byte before names.
+        let mut owners = [self.subs.directory.owner(addr), None];
+        if len == 0 && addr > 0 {
+            owners[1] = self.subs.directory.owner(addr - 1).filter(|&t| Some(t) != owners[0]);
+        }
+        for t in owners.into_iter().flatten() {
+            let Some(sub) = self.subs.get(t as usize) else {
+                continue;
+            };
+            let st = sub.lock();
             st.check_live()?;
             if st.contains_range(addr, len) {
-                Ok(Some(op(&self.raw)))
-            } else {
-                Ok(None)
+                return op(&self.raw);
             }
-        });
-        match found {
-            Ok(Some(r)) => r,
-            Ok(None) => Err(out_of_range(addr, len, "this allocator")),
-            Err(e) if e.code() == "ERR_ARENA_RELEASED" => Err(e),
-            Err(_) => Err(out_of_range(addr, len, "this allocator")),
         }
+        Err(out_of_range(addr, len, "this allocator"))
     }
 
     /// The arena as it is when nothing else runs: `ERR_ARENA_RELEASED` once retired.

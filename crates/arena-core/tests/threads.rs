@@ -462,3 +462,26 @@ fn many_threads_on_their_own_streams_leave_exact_stats_at_every_quiescent_point(
     assert_eq!(a.raw().raw_stats().raw_bytes_outstanding, 0);
     a.check_invariants().expect("consistent");
 }
+
+/// Found by the JS fuzzer (`__test__/fuzz-api.spec.ts`) when lookups by address went through the
+/// directory: a range must lie inside one live allocation, and an empty one may sit at its very
+/// end, where no region or reserve starts.
+#[test]
+fn an_empty_range_at_the_end_of_an_allocation_is_inside_it_from_any_thread() {
+    let a = Arc::new(host_arena(&[]));
+    let r = a.reserve(1000).expect("reserve").expect("addr");
+    let p = alloc(&*a, 1000);
+    let a2 = a.clone();
+    let (w_r, w_p, past) = on_thread(move || {
+        (
+            a2.write(r + 1000, &[]),
+            a2.fill(p + 1000, 7, 0),
+            a2.write(r + 1000, &[1]),
+        )
+    });
+    assert_eq!(w_r, Ok(()), "the end of a reserve");
+    assert_eq!(w_p, Ok(()), "the end of a chunk's requested bytes");
+    assert_eq!(code(past), "ERR_ARENA_UNKNOWN_POINTER", "one byte past the end");
+    a.free(r).expect("live");
+    a.free(p).expect("live");
+}
