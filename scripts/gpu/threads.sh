@@ -33,6 +33,8 @@ MIXED_DIV=${MIXED_DIV:-16}
 MIXED_OPS=${MIXED_OPS:-131072}
 MT_BUDGET=${MT_BUDGET:-1.5}
 MT_REPS=${MT_REPS:-5}
+# cuda-arena's backend in the plugin runs (a dry run without a GPU can use virtual).
+ARENA_BACKEND=${ARENA_BACKEND:-cuda}
 NEW=$PWD/.device/libcuda_arena.so
 BASE=$PWD/.device/libcuda_arena.base.so
 RES=$OUT/mt.jsonl
@@ -113,8 +115,8 @@ for t in small mixed; do
   tr="TR_$t"
   for n in $THREADS; do
     say "$t N=$n"
-    one new ${!tr} --threads "$n" --backend plugin --plugin "$P" --plugin-arg "$NEW@cuda@Cuda@"
-    one today ${!tr} --threads "$n" --backend plugin --plugin "$P" --plugin-arg "$BASE@cuda@Cuda@"
+    one new ${!tr} --threads "$n" --backend plugin --plugin "$P" --plugin-arg "$NEW@$ARENA_BACKEND@Cuda@"
+    one today ${!tr} --threads "$n" --backend plugin --plugin "$P" --plugin-arg "$BASE@$ARENA_BACKEND@Cuda@"
     [ $TORCH_OK = 1 ] && one torch ${!tr} --threads "$n" --backend plugin --plugin "$B/libtorch_plugin.so"
     one cudaMallocAsync ${!tr} --threads "$n" --backend cudaMallocAsync --release-threshold max
   done
@@ -123,7 +125,7 @@ for t in small mixed; do
   tr="TR_$t"
   for n in $THREADS; do
     one new-nostream ${!tr} --threads "$n" --backend plugin --plugin "$P" \
-      --plugin-arg "$NEW@cuda@Cuda@plugin.stream=0"
+      --plugin-arg "$NEW@$ARENA_BACKEND@Cuda@plugin.stream=0"
   done
 done
 

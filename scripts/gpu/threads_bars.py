@@ -32,9 +32,8 @@ def load(path):
 
 
 def held_over_req(r):
-    held = r.get("peak_driver_delta_first_pass")
-    if held is None:
-        held = r.get("allocator_held_peak_all_passes")
+    # The driver's count where there is one (0 on a machine without a GPU: the allocator's).
+    held = r.get("peak_driver_delta_first_pass") or r.get("allocator_held_peak_all_passes")
     req = r["threads"] * r["peak_live_requested_per_thread"]
     return held / req if held and req else None
 

@@ -524,7 +524,7 @@ impl<R: RawAllocator> Arena<R> {
         match owner.and_then(|t| self.subs.get(t as usize)) {
             Some(sub) => op(&mut sub.lock()),
             None => {
-                if self.subs.global().retired {
+                if self.subs.is_retired() {
                     return Err(crate::allocator::retired());
                 }
                 Err(ArenaError::unknown_pointer(
@@ -543,7 +543,11 @@ impl<R: RawAllocator> Arena<R> {
         // the very end of an allocation, which the byte before names.
         let mut owners = [self.subs.directory.owner(addr), None];
         if len == 0 && addr > 0 {
-            owners[1] = self.subs.directory.owner(addr - 1).filter(|&t| Some(t) != owners[0]);
+            owners[1] = self
+                .subs
+                .directory
+                .owner(addr - 1)
+                .filter(|&t| Some(t) != owners[0]);
         }
         for t in owners.into_iter().flatten() {
             let Some(sub) = self.subs.get(t as usize) else {
@@ -560,7 +564,7 @@ impl<R: RawAllocator> Arena<R> {
 
     /// The arena as it is when nothing else runs: `ERR_ARENA_RELEASED` once retired.
     fn check_live(&self) -> Result<()> {
-        if self.subs.global().retired {
+        if self.subs.is_retired() {
             return Err(crate::allocator::retired());
         }
         Ok(())
@@ -580,7 +584,7 @@ impl<R: RawAllocator> Arena<R> {
             hosted.push(st.retire(&self.raw));
             self.subs.return_budget(held);
         }
-        f.global.retired = true;
+        self.subs.mark_retired(&mut f.global);
         f.global.ledger.clear();
         drop(f);
         // Outside the locks: the last references hand their events back to the backend.

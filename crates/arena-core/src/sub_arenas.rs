@@ -40,7 +40,7 @@ use crate::stream::{StreamId, StreamUser};
 use crate::stream_events::FreeEvents;
 use crate::thread_slot;
 use parking_lot::{Mutex, MutexGuard};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// The most sub-arenas an arena has; threads past this many share them.
@@ -76,6 +76,8 @@ pub(crate) struct SubArenas {
     held: AtomicU64,
     next_region_id: AtomicU64,
     config: ArenaConfig,
+    /// `Global::retired`, readable without the global lock (set under it, never cleared).
+    retired: AtomicBool,
 }
 
 /// Every sub-arena locked, with the global lock: one instant of the whole arena.
@@ -96,6 +98,7 @@ impl SubArenas {
             held: AtomicU64::new(0),
             next_region_id: AtomicU64::new(0),
             config: config.clone(),
+            retired: AtomicBool::new(false),
         }
     }
 
@@ -180,6 +183,18 @@ impl SubArenas {
             charge,
             |t| self.get(t).map(ArenaLock::lock),
         )
+    }
+
+    /// Whether the arena was retired (see [`Global::retired`]).
+    #[inline]
+    pub(crate) fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::Acquire)
+    }
+
+    /// Marks the arena retired, under the global lock `g`.
+    pub(crate) fn mark_retired(&self, g: &mut Global) {
+        g.retired = true;
+        self.retired.store(true, Ordering::Release);
     }
 
     /// A new region id (ids are unique across sub-arenas).
