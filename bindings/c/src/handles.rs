@@ -221,25 +221,36 @@ fn run<T>(
     let value = a.addr();
     let at = index % RECENT_HANDLES;
     THREAD.with(|t| {
-        if let Ok(recent) = t.handles.try_borrow() {
-            if let Some((v, h)) = &recent[at] {
-                if *v == value
-                    && slot(index).is_some_and(|s| s.live.load(Ordering::Acquire) == value)
+        let mut looked_up = None;
+        let r = {
+            let recent = t.handles.try_borrow().ok();
+            let hit = recent.as_deref().and_then(|r| match &r[at] {
+                Some((v, h))
+                    if *v == value
+                        && slot(index).is_some_and(|s| s.live.load(Ordering::Acquire) == value) =>
                 {
-                    let r = f(h, t);
-                    drop(recent);
-                    report(t, &r);
-                    return r;
+                    Some(h)
                 }
-            }
-        }
-        let r = look_up(a, index, generation).and_then(|h| {
-            let r = f(&h, t);
+                _ => None,
+            });
+            let handle: &Arc<Handle> = match hit {
+                Some(h) => h,
+                None => match look_up(a, index, generation) {
+                    Ok(h) => looked_up.insert(h),
+                    Err(e) => {
+                        let r = Err(e);
+                        report(t, &r);
+                        return r;
+                    }
+                },
+            };
+            f(handle, t)
+        };
+        if let Some(h) = looked_up {
             if let Ok(mut recent) = t.handles.try_borrow_mut() {
                 recent[at] = Some((value, h));
             }
-            r
-        });
+        }
         report(t, &r);
         r
     })
