@@ -481,7 +481,11 @@ fn an_empty_range_at_the_end_of_an_allocation_is_inside_it_from_any_thread() {
     });
     assert_eq!(w_r, Ok(()), "the end of a reserve");
     assert_eq!(w_p, Ok(()), "the end of a chunk's requested bytes");
-    assert_eq!(code(past), "ERR_ARENA_UNKNOWN_POINTER", "one byte past the end");
+    assert_eq!(
+        code(past),
+        "ERR_ARENA_UNKNOWN_POINTER",
+        "one byte past the end"
+    );
     a.free(r).expect("live");
     a.free(p).expect("live");
 }
