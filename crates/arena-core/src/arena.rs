@@ -32,7 +32,7 @@ use crate::region::{Region, RegionSet};
 use crate::stats::AllocatorStats;
 use crate::stream::{Stream, StreamId};
 use crate::stream_events::FreeEvents;
-use crate::sub_arenas::{Global, SubArenas};
+use crate::sub_arenas::{Frozen, Global, SubArenas};
 use parking_lot::MutexGuard;
 use std::sync::Arc;
 
@@ -589,6 +589,26 @@ impl<R: RawAllocator> Arena<R> {
         drop(f);
         // Outside the locks: the last references hand their events back to the backend.
         drop(hosted);
+    }
+
+    /// The arena's stats at the instant `f` holds: each sub-arena's summed, `MaxInUse` the
+    /// ledger's.
+    fn stats_of(&self, f: &Frozen<'_>) -> AllocatorStats {
+        let mut s = AllocatorStats::with_limit(self.config.max_mem);
+        for (_, st) in &f.subs {
+            let t = &st.stats;
+            s.in_use += t.in_use;
+            s.requested_in_use += t.requested_in_use;
+            s.total_allocated += t.total_allocated;
+            s.reserved_bytes += t.reserved_bytes;
+            s.num_allocs += t.num_allocs;
+            s.num_reserves += t.num_reserves;
+            s.num_arena_extensions += t.num_arena_extensions;
+            s.num_arena_shrinkages += t.num_arena_shrinkages;
+            s.max_alloc_size = s.max_alloc_size.max(t.max_alloc_size);
+        }
+        s.max_in_use = f.global.ledger.max_in_use;
+        s
     }
 
     /// Walks every chunk and checks the arena's invariants: regions tiled exactly by linked
@@ -1430,22 +1450,7 @@ impl<R: RawAllocator> Allocator for Arena<R> {
     }
 
     fn stats(&self) -> AllocatorStats {
-        let f = self.subs.freeze();
-        let mut s = AllocatorStats::with_limit(self.config.max_mem);
-        for (_, st) in &f.subs {
-            let t = &st.stats;
-            s.in_use += t.in_use;
-            s.requested_in_use += t.requested_in_use;
-            s.total_allocated += t.total_allocated;
-            s.reserved_bytes += t.reserved_bytes;
-            s.num_allocs += t.num_allocs;
-            s.num_reserves += t.num_reserves;
-            s.num_arena_extensions += t.num_arena_extensions;
-            s.num_arena_shrinkages += t.num_arena_shrinkages;
-            s.max_alloc_size = s.max_alloc_size.max(t.max_alloc_size);
-        }
-        s.max_in_use = f.global.ledger.max_in_use;
-        s
+        self.stats_of(&self.subs.freeze())
     }
 
     fn can_shrink(&self) -> bool {
@@ -1464,17 +1469,19 @@ impl<R: RawAllocator> Allocator for Arena<R> {
     }
 
     fn memory_log(&self) -> MemoryLog {
-        let mut logs: Vec<MemoryLog> = {
+        // Logs and stats of one instant.
+        let (mut logs, stats) = {
             let f = self.subs.freeze();
-            f.subs.iter().map(|(_, st)| st.log()).collect()
+            let logs: Vec<MemoryLog> = f.subs.iter().map(|(_, st)| st.log()).collect();
+            (logs, self.stats_of(&f))
         };
         if logs.len() == 1 {
             let mut log = logs.remove(0);
-            log.stats = self.stats();
+            log.stats = stats;
             return log;
         }
         let mut log = MemoryLog {
-            stats: self.stats(),
+            stats,
             ..MemoryLog::default()
         };
         for l in logs {
