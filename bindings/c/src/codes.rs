@@ -1,7 +1,7 @@
 //! Return codes, mirroring `cuda_arena_core::ERROR_CODES` in order, and the per-thread last error.
 
+use crate::thread_state::{ThreadState, THREAD};
 use cuda_arena_core::ArenaError;
-use std::cell::RefCell;
 
 /// Success.
 pub const CUDA_ARENA_OK: i32 = 0;
@@ -30,32 +30,44 @@ pub fn code_of(e: &ArenaError) -> i32 {
         .map_or(CUDA_ARENA_ERR_PANIC, |i| i as i32 + 1)
 }
 
-thread_local! {
-    static LAST: RefCell<(i32, String)> = const { RefCell::new((CUDA_ARENA_OK, String::new())) };
-    /// The warnings of this thread's last create call, joined by "; ".
-    static LAST_WARNING: RefCell<String> = const { RefCell::new(String::new()) };
-}
-
 pub(crate) fn set_last_warning(warning: String) {
-    LAST_WARNING.with(|w| *w.borrow_mut() = warning);
+    let _ = THREAD.try_with(|t| *t.last_warning.borrow_mut() = warning);
 }
 
 pub(crate) fn set_last(code: i32, message: String) {
-    LAST.with(|l| *l.borrow_mut() = (code, message));
+    let _ = THREAD.try_with(|t| set_last_in(t, code, message));
+}
+
+pub(crate) fn set_last_in(t: &ThreadState, code: i32, message: String) {
+    if let Ok(mut l) = t.last.try_borrow_mut() {
+        *l = (code, message);
+    }
 }
 
 pub(crate) fn clear_last() {
-    LAST.with(|l| {
-        let mut l = l.borrow_mut();
-        l.0 = CUDA_ARENA_OK;
-        l.1.clear();
-    });
+    let _ = THREAD.try_with(clear_last_in);
+}
+
+pub(crate) fn clear_last_in(t: &ThreadState) {
+    if let Ok(mut l) = t.last.try_borrow_mut() {
+        if l.0 != CUDA_ARENA_OK || !l.1.is_empty() {
+            l.0 = CUDA_ARENA_OK;
+            l.1.clear();
+        }
+    }
 }
 
 /// Records `e` as this thread's last error and returns its code.
 pub(crate) fn fail(e: &ArenaError) -> i32 {
     let code = code_of(e);
     set_last(code, format!("{}: {e}", e.code()));
+    code
+}
+
+/// As [`fail`], with this thread's state at hand.
+pub(crate) fn fail_in(t: &ThreadState, e: &ArenaError) -> i32 {
+    let code = code_of(e);
+    set_last_in(t, code, format!("{}: {e}", e.code()));
     code
 }
 
@@ -75,17 +87,22 @@ pub(crate) fn copy_out(message: &str, buf: *mut std::ffi::c_char, len: usize) {
 /// The code of this thread's last failure, `CUDA_ARENA_OK` if the last call succeeded.
 #[no_mangle]
 pub extern "C" fn cuda_arena_last_error_code() -> i32 {
-    LAST.with(|l| l.borrow().0)
+    THREAD
+        .try_with(|t| t.last.try_borrow().map_or(CUDA_ARENA_ERR_PANIC, |l| l.0))
+        .unwrap_or(CUDA_ARENA_ERR_PANIC)
 }
 
 /// Copies this thread's last error message into `buf`; returns its full length.
 #[no_mangle]
 pub extern "C" fn cuda_arena_last_error(buf: *mut std::ffi::c_char, len: usize) -> usize {
-    LAST.with(|l| {
-        let l = l.borrow();
-        copy_out(&l.1, buf, len);
-        l.1.len()
-    })
+    THREAD
+        .try_with(|t| {
+            t.last.try_borrow().map_or(0, |l| {
+                copy_out(&l.1, buf, len);
+                l.1.len()
+            })
+        })
+        .unwrap_or(0)
 }
 
 /// Copies the warning of this thread's last `cuda_arena_create` or
@@ -93,9 +110,12 @@ pub extern "C" fn cuda_arena_last_error(buf: *mut std::ffi::c_char, len: usize) 
 /// length.
 #[no_mangle]
 pub extern "C" fn cuda_arena_last_warning(buf: *mut std::ffi::c_char, len: usize) -> usize {
-    LAST_WARNING.with(|w| {
-        let w = w.borrow();
-        copy_out(&w, buf, len);
-        w.len()
-    })
+    THREAD
+        .try_with(|t| {
+            t.last_warning.try_borrow().map_or(0, |w| {
+                copy_out(&w, buf, len);
+                w.len()
+            })
+        })
+        .unwrap_or(0)
 }

@@ -218,6 +218,24 @@ fn addr_out(r: Result<Option<u64>, ArenaError>) -> *mut c_void {
     }
 }
 
+/// As [`addr_out`], for a result already recorded as the last error ([`handles::with_reported`]).
+#[inline]
+fn addr_of(r: Result<Option<u64>, ArenaError>) -> *mut c_void {
+    match r {
+        Ok(a) => a.unwrap_or(0) as usize as *mut c_void,
+        Err(_) => std::ptr::null_mut(),
+    }
+}
+
+/// As [`code_out`], for a result already recorded as the last error.
+#[inline]
+fn code_of_result(r: Result<(), ArenaError>) -> i32 {
+    match r {
+        Ok(()) => CUDA_ARENA_OK,
+        Err(e) => code_of(&e),
+    }
+}
+
 fn code_out(r: Result<(), ArenaError>) -> i32 {
     match r {
         Ok(()) => {
@@ -233,7 +251,9 @@ fn code_out(r: Result<(), ArenaError>) -> i32 {
 #[no_mangle]
 pub extern "C" fn cuda_arena_alloc(a: *mut cuda_arena_allocator, size: usize) -> *mut c_void {
     guard(std::ptr::null_mut(), || {
-        addr_out(with(a, |h| h.allocator.alloc(size as u64)))
+        addr_of(handles::with_reported(a.cast(), |h, _| {
+            h.allocator.alloc(size as u64)
+        }))
     })
 }
 
@@ -247,7 +267,7 @@ pub extern "C" fn cuda_arena_alloc_on_stream(
     cu_stream: *mut c_void,
 ) -> *mut c_void {
     guard(std::ptr::null_mut(), || {
-        let r = with(a, |h| {
+        let r = handles::with_reported(a.cast(), |h, t| {
             if cu_stream.is_null() {
                 return h.allocator.alloc(size as u64);
             }
@@ -262,7 +282,7 @@ pub extern "C" fn cuda_arena_alloc_on_stream(
                 return Ok(None);
             }
             let token = cu_stream.addr() as u64;
-            let (stream, made) = h.streams.get_or_make(token)?;
+            let (stream, made) = h.streams.get_or_make_cached(token, &t.streams)?;
             let r = h.allocator.alloc_on_stream(size as u64, &stream);
             if r.is_err() && made {
                 // A failed call changes nothing: the token it made is not remembered.
@@ -270,7 +290,7 @@ pub extern "C" fn cuda_arena_alloc_on_stream(
             }
             r
         });
-        addr_out(r)
+        addr_of(r)
     })
 }
 
@@ -307,7 +327,9 @@ pub extern "C" fn cuda_arena_reserve(a: *mut cuda_arena_allocator, size: usize) 
 #[no_mangle]
 pub extern "C" fn cuda_arena_free(a: *mut cuda_arena_allocator, p: *mut c_void) -> c_int {
     guard(CUDA_ARENA_ERR_PANIC, || {
-        code_out(with(a, |h| h.allocator.free(p.addr() as u64)))
+        code_of_result(handles::with_reported(a.cast(), |h, _| {
+            h.allocator.free(p.addr() as u64)
+        }))
     })
 }
 

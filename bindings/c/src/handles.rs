@@ -9,14 +9,26 @@
 //! handle cannot come back to life as someone else's allocator.
 //!
 //! Slots live in segments that are allocated on demand and never freed or moved (each twice
-//! the size of the one before), so a slot can be read without a table-wide lock: the common
-//! path is one uncontended read lock on the caller's own slot. We write this rather than use
-//! a concurrent slab crate because those key their shards by thread and cap the number of
-//! threads (panicking past it), and what we need is this small.
+//! the size of the one before), so a slot can be read without a table-wide lock. We write this
+//! rather than use a concurrent slab crate because those key their shards by thread and cap
+//! the number of threads (panicking past it), and what we need is this small.
+//!
+//! The common path takes no lock at all (issue 15): a slot's read lock is a counter every
+//! thread using that handle writes, and sixteen threads allocating through one handle spent
+//! their time passing that cache line around. Each thread keeps the last few handles it used
+//! (an `Arc` of each) and checks, with one read of the slot's `live` value, that the handle
+//! is still alive. A destroy clears `live` before it takes the handle out, so a call that
+//! starts after the destroy is `ERR_ARENA_RELEASED`; one already past the check runs on the
+//! allocator it holds, which the destroy may be retiring meanwhile: it then completes or fails
+//! with `ERR_ARENA_RELEASED` as the allocator's own calls do, and never touches freed memory
+//! (it holds the `Arc`).
 
+use crate::codes::{clear_last_in, fail_in};
+use crate::thread_state::{ThreadState, RECENT_HANDLES, THREAD};
 use cuda_arena_core::{Allocator, ArenaError, Factory, ForeignStreams};
 use parking_lot::{Mutex, RwLock};
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// Handles alive at once: up to 2^20, far more than any host needs, while the largest
@@ -43,14 +55,19 @@ struct SlotState {
     /// The generation of the last handle placed here; 0 when the slot was never used.
     generation: usize,
     /// `Some` while that handle is alive.
-    handle: Option<Handle>,
+    handle: Option<Arc<Handle>>,
 }
 
-/// Aligned to its own cache lines, so threads on different handles do not share the line
-/// their read locks write.
+/// Aligned to its own cache lines, so threads on different handles do not share the lines
+/// their locks write.
 #[derive(Debug, Default)]
 #[repr(align(128))]
-struct Slot(RwLock<SlotState>);
+struct Slot {
+    state: RwLock<SlotState>,
+    /// The value of the live handle in this slot, 0 when none: what the lock-free path checks.
+    /// Set after the handle is in place, cleared before it is taken out.
+    live: AtomicUsize,
+}
 
 struct Table {
     segments: [OnceLock<Box<[Slot]>>; SEGMENTS],
@@ -159,37 +176,106 @@ pub(crate) fn insert(handle: Handle) -> Result<*mut c_void, (ArenaError, Handle)
         };
         return Err((e, handle));
     };
-    let mut state = slot.0.write();
+    let mut state = slot.state.write();
     // A slot is on the free list only while empty and with generations left.
     state.generation += 1;
-    state.handle = Some(handle);
-    Ok(encode(index, state.generation))
+    state.handle = Some(Arc::new(handle));
+    let value = encode(index, state.generation);
+    slot.live.store(value.addr(), Ordering::Release);
+    Ok(value)
 }
 
-/// Runs `f` on the live handle `a`, holding it alive (a concurrent destroy waits).
+/// Runs `f` on the live handle `a`, holding it alive (see the module docs for a destroy that
+/// races the call).
 pub(crate) fn with<T>(
     a: *const c_void,
     f: impl FnOnce(&Handle) -> Result<T, ArenaError>,
 ) -> Result<T, ArenaError> {
+    run(a, |h, _| f(h), |_, _| {})
+}
+
+/// As [`with`], and records the outcome as this thread's last error (cleared on success), in
+/// the same access to the thread's state; `f` gets that state too.
+#[inline]
+pub(crate) fn with_reported<T>(
+    a: *const c_void,
+    f: impl FnOnce(&Handle, &ThreadState) -> Result<T, ArenaError>,
+) -> Result<T, ArenaError> {
+    run(a, f, |t, r| match r {
+        Ok(_) => clear_last_in(t),
+        Err(e) => {
+            fail_in(t, e);
+        }
+    })
+}
+
+/// The common path finds the handle in this thread's cache, still alive; the rest look it up
+/// (and remember it, unless a call on this thread is running on a cached handle already).
+#[inline(always)]
+fn run<T>(
+    a: *const c_void,
+    f: impl FnOnce(&Handle, &ThreadState) -> Result<T, ArenaError>,
+    report: impl Fn(&ThreadState, &Result<T, ArenaError>),
+) -> Result<T, ArenaError> {
     let (index, generation) = decode(a);
+    let value = a.addr();
+    let at = index % RECENT_HANDLES;
+    THREAD.with(|t| {
+        let mut looked_up = None;
+        let r = {
+            let recent = t.handles.try_borrow().ok();
+            let hit = recent.as_deref().and_then(|r| match &r[at] {
+                Some((v, h))
+                    if *v == value
+                        && slot(index).is_some_and(|s| s.live.load(Ordering::Acquire) == value) =>
+                {
+                    Some(h)
+                }
+                _ => None,
+            });
+            let handle: &Arc<Handle> = match hit {
+                Some(h) => h,
+                None => match look_up(a, index, generation) {
+                    Ok(h) => looked_up.insert(h),
+                    Err(e) => {
+                        let r = Err(e);
+                        report(t, &r);
+                        return r;
+                    }
+                },
+            };
+            f(handle, t)
+        };
+        if let Some(h) = looked_up {
+            if let Ok(mut recent) = t.handles.try_borrow_mut() {
+                recent[at] = Some((value, h));
+            }
+        }
+        report(t, &r);
+        r
+    })
+}
+
+/// The live handle `a`, from the table.
+fn look_up(a: *const c_void, index: usize, generation: usize) -> Result<Arc<Handle>, ArenaError> {
     let Some(slot) = slot(index) else {
         return Err(dead(a, generation, &SlotState::default()));
     };
-    let state = slot.0.read();
+    let state = slot.state.read();
     match &state.handle {
-        Some(h) if state.generation == generation => f(h),
+        Some(h) if state.generation == generation => Ok(h.clone()),
         _ => Err(dead(a, generation, &state)),
     }
 }
 
 /// Takes the live handle `a` out of the table; the caller releases it. The value `a` stays
 /// dead for good.
-pub(crate) fn remove(a: *const c_void) -> Result<Handle, ArenaError> {
+pub(crate) fn remove(a: *const c_void) -> Result<Arc<Handle>, ArenaError> {
     let (index, generation) = decode(a);
     let Some(slot) = slot(index) else {
         return Err(dead(a, generation, &SlotState::default()));
     };
-    let mut state = slot.0.write();
+    let mut state = slot.state.write();
     let handle = match state.handle.take() {
         Some(h) if state.generation == generation => h,
         other => {
@@ -197,6 +283,7 @@ pub(crate) fn remove(a: *const c_void) -> Result<Handle, ArenaError> {
             return Err(dead(a, generation, &state));
         }
     };
+    slot.live.store(0, Ordering::Release);
     let reusable = state.generation < MAX_GENERATION;
     drop(state);
     if reusable {

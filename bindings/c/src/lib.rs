@@ -10,6 +10,7 @@ mod handle;
 mod handles;
 mod ort;
 mod recording;
+mod thread_state;
 mod torch;
 mod version;
 

@@ -15,7 +15,10 @@ mod types;
 
 // The modules keep the paths they had when the crate was flat, public and internal alike.
 pub(crate) use allocators::{allocator, pool};
-pub(crate) use arena::{addr_map, chunks, live_blocks, lock, pages, region};
+pub(crate) use arena::{
+    addr_map, chunks, directory, in_use_quota, live_blocks, lock, pages, region, sub_arenas,
+    thread_slot,
+};
 pub use arena::{bins, free_list};
 pub use devices::registry as factory;
 pub use devices::{backend, env_config, namespaces, pluggable};
@@ -33,7 +36,7 @@ pub use config::{ArenaConfig, ExtendStrategy};
 pub use env_config::{env_config, parse_env_pairs, ENV_CONF};
 pub use error::{escaped, ArenaError, Result, ERROR_CODES};
 pub use factory::{named_factory, Created, Factory, Released, SharedKind};
-pub use foreign_streams::{ForeignStreams, MAX_FOREIGN_STREAMS};
+pub use foreign_streams::{ForeignStreams, RecentStreams, MAX_FOREIGN_STREAMS};
 pub use live_blocks::LiveBlocks;
 pub use memory_info::{AllocatorType, MemoryInfo, MemoryKind};
 pub use memory_log::{BinLog, ChunkLog, MemoryLog, RegionLog, ReserveLog};

@@ -252,3 +252,114 @@ fn the_arena_is_send_and_sync() {
     assert_send_sync::<Arena<HostAllocator>>();
     assert_send_sync::<cuda_arena_core::PlainAllocator<HostAllocator>>();
 }
+
+/// Issue 15: sixteen threads (a sub-arena each) share four streams, wait on each other's events,
+/// free each other's memory through a mailbox, reset streams and shrink; at the end of every
+/// round all stop, and the arena's invariants and stats must match what the threads hold.
+#[test]
+fn sixteen_threads_sharing_streams_and_freeing_each_others_memory_stay_exact_at_every_pause() {
+    const THREADS: usize = 16;
+    const ROUNDS: usize = 4;
+    let arena = Arc::new(Arena::new(VirtualAllocator::default(), config(&[])).expect("arena"));
+    let streams: Arc<Vec<Stream>> = Arc::new((0..4).map(|_| Stream::new()).collect());
+    let mailbox: Arc<std::sync::Mutex<Vec<(u64, u64)>>> = Arc::default();
+    let held: Arc<std::sync::Mutex<Vec<(u64, u64)>>> = Arc::default();
+    let barrier = Arc::new(Barrier::new(THREADS + 1));
+    let threads: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (arena, streams, mailbox, held, barrier) = (
+                arena.clone(),
+                streams.clone(),
+                mailbox.clone(),
+                held.clone(),
+                barrier.clone(),
+            );
+            std::thread::spawn(move || {
+                let mut rng = Rng(0xA5A5_5A5A ^ ((t as u64 + 1) * 0x9E37_79B9));
+                let mut live: Vec<(u64, u64)> = Vec::new();
+                for _ in 0..ROUNDS {
+                    for _ in 0..4_000 {
+                        let s = &streams[(rng.next() % 4) as usize];
+                        match rng.next() % 20 {
+                            0..=7 => {
+                                let size = rng.size(20);
+                                let r = if rng.next().is_multiple_of(2) {
+                                    arena.alloc_on_stream(size, s)
+                                } else {
+                                    arena.alloc(size)
+                                };
+                                if let Ok(Some(p)) = r {
+                                    live.push((p, size));
+                                }
+                            }
+                            8..=12 if !live.is_empty() => {
+                                let (p, size) =
+                                    live.swap_remove((rng.next() as usize) % live.len());
+                                assert_eq!(arena.requested_size(p), Ok(size), "ours");
+                                arena.free(p).expect("live");
+                            }
+                            13 if !live.is_empty() => {
+                                let x = live.swap_remove((rng.next() as usize) % live.len());
+                                mailbox.lock().expect("lock").push(x);
+                            }
+                            14 => {
+                                let x = mailbox.lock().expect("lock").pop();
+                                if let Some((p, size)) = x {
+                                    assert_eq!(arena.requested_size(p), Ok(size), "mailed");
+                                    arena.free(p).expect("another thread's live pointer");
+                                }
+                            }
+                            15 => {
+                                let other = &streams[(rng.next() % 4) as usize];
+                                other.wait(&s.record());
+                            }
+                            16 if rng.next().is_multiple_of(50) => {
+                                arena.reset_chunks_using_stream(s).expect("reset");
+                            }
+                            17 if rng.next().is_multiple_of(200) => {
+                                arena.shrink().expect("shrink");
+                            }
+                            _ => {}
+                        }
+                        if live.len() > 100 {
+                            let (p, _) = live.swap_remove(0);
+                            arena.free(p).expect("live");
+                        }
+                    }
+                    held.lock().expect("lock").extend(live.iter().copied());
+                    barrier.wait();
+                    barrier.wait();
+                }
+                for (p, _) in live {
+                    arena.free(p).expect("live");
+                }
+            })
+        })
+        .collect();
+    for _ in 0..ROUNDS {
+        barrier.wait();
+        arena.check_invariants().expect("consistent at a pause");
+        let mut all = std::mem::take(&mut *held.lock().expect("lock"));
+        all.extend(mailbox.lock().expect("lock").iter().copied());
+        let in_use: u64 = all
+            .iter()
+            .map(|&(p, _)| arena.allocated_size(p).expect("live"))
+            .sum();
+        let requested: u64 = all.iter().map(|&(_, size)| size).sum();
+        let s = arena.stats();
+        assert_eq!((s.in_use, s.requested_in_use), (in_use, requested));
+        assert!(s.max_in_use >= s.in_use);
+        barrier.wait();
+    }
+    for t in threads {
+        t.join().expect("worker panicked");
+    }
+    for (p, _) in mailbox.lock().expect("lock").drain(..) {
+        arena.free(p).expect("live");
+    }
+    arena.shrink().expect("shrink");
+    arena.check_invariants().expect("consistent");
+    let s = arena.stats();
+    assert_eq!((s.in_use, s.total_allocated), (0, 0));
+    assert_eq!(arena.raw().raw_stats().raw_bytes_outstanding, 0);
+}

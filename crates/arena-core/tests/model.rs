@@ -3,6 +3,12 @@
 //! hold, for the region arena and the virtual-memory mode (issue 14: chunks in use lie in
 //! mapped pages, the backend counts what the arena mapped, nothing is mapped after freeing
 //! everything and shrinking). The case count defaults to 10,000; `MODEL_CASES` overrides it.
+//!
+//! Issue 15: the same sequences also run with every allocation, reserve and free made on one
+//! of four threads (chosen per op), one op at a time, so each thread has a sub-arena of its
+//! own and frees, stream rules, out-of-memory paths and stats cross them; the model and every
+//! check stay the same (2,000 cases; `MODEL_THREAD_CASES` overrides). Virtual-memory cases
+//! on four threads share one sub-arena (the mode's design) and check the same.
 
 use cuda_arena_core::{
     Allocator, Arena, ArenaConfig, DeviceLimits, MemoryLog, RawAllocator, Stream, VirtualAllocator,
@@ -11,8 +17,12 @@ use cuda_arena_core::{
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{channel, Sender};
+use std::sync::Arc;
 
 const STREAMS: usize = 3;
+/// Threads of the many-thread run.
+const THREADS: usize = 4;
 
 /// What the sequences exercised, printed at the end so a reader can see the test bites.
 #[derive(Debug, Default)]
@@ -46,9 +56,11 @@ enum Op {
     Alloc {
         size: u64,
         stream: Option<usize>,
+        /// The thread that calls (many-thread run only).
+        thread: usize,
     },
-    Reserve(u64),
-    Free(usize),
+    Reserve(u64, usize),
+    Free(usize, usize),
     /// A free the allocator must refuse: 0 interior, 1 double, 2 foreign, 3 inside a reserve.
     FreeBogus {
         pick: usize,
@@ -84,9 +96,10 @@ fn size() -> impl Strategy<Value = u64> {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        10 => (size(), proptest::option::of(0..STREAMS)).prop_map(|(size, stream)| Op::Alloc { size, stream }),
-        1 => size().prop_map(Op::Reserve),
-        8 => any::<usize>().prop_map(Op::Free),
+        10 => (size(), proptest::option::of(0..STREAMS), 0..THREADS)
+            .prop_map(|(size, stream, thread)| Op::Alloc { size, stream, thread }),
+        1 => (size(), 0..THREADS).prop_map(|(size, thread)| Op::Reserve(size, thread)),
+        8 => (any::<usize>(), 0..THREADS).prop_map(|(pick, thread)| Op::Free(pick, thread)),
         1 => (any::<usize>(), 0u8..4).prop_map(|(pick, kind)| Op::FreeBogus { pick, kind }),
         1 => Just(Op::Shrink),
         2 => (0..STREAMS, 0..STREAMS).prop_map(|(from, to)| Op::Sync { from, to }),
@@ -203,8 +216,28 @@ struct Freed {
     sync_id: u64,
 }
 
+/// A thread that makes the calls sent to it, one at a time.
+struct Worker {
+    tx: Sender<Box<dyn FnOnce() + Send>>,
+    handle: std::thread::JoinHandle<()>,
+}
+
+impl Worker {
+    fn new() -> Self {
+        let (tx, rx) = channel::<Box<dyn FnOnce() + Send>>();
+        let handle = std::thread::spawn(move || {
+            while let Ok(job) = rx.recv() {
+                job();
+            }
+        });
+        Worker { tx, handle }
+    }
+}
+
 struct Model {
-    arena: Arena<VirtualAllocator>,
+    arena: Arc<Arena<VirtualAllocator>>,
+    /// Where calls are made: none, this thread; else the op's thread among these.
+    workers: Vec<Worker>,
     streams: Vec<Stream>,
     live: Vec<Live>,
     freed: Vec<Freed>,
@@ -221,6 +254,24 @@ fn regions_removed(before: &MemoryLog, after: &MemoryLog) -> Vec<(u64, u64, u64)
 }
 
 impl Model {
+    /// Runs `f` on the arena from the op's `thread` (or here, without workers).
+    fn on<T: Send + 'static>(
+        &self,
+        thread: usize,
+        f: impl FnOnce(&Arena<VirtualAllocator>) -> T + Send + 'static,
+    ) -> T {
+        let Some(w) = self.workers.get(thread % self.workers.len().max(1)) else {
+            return f(&self.arena);
+        };
+        let (tx, rx) = channel();
+        let arena = self.arena.clone();
+        w.tx.send(Box::new(move || {
+            let _ = tx.send(f(&arena));
+        }))
+        .expect("worker alive");
+        rx.recv().expect("worker answered")
+    }
+
     fn may_reuse(&self, consumer: usize, f: &Freed) -> bool {
         f.stream == consumer
             || f.stream == 0
@@ -464,12 +515,17 @@ impl Model {
         count(&TALLY.ops);
         let before = self.arena.memory_log();
         match *op {
-            Op::Alloc { size, stream } => {
+            Op::Alloc {
+                size,
+                stream,
+                thread,
+            } => {
                 let consumer = stream.map_or(0, |s| s + 1);
-                let result = match stream {
-                    Some(s) => self.arena.alloc_on_stream(size, &self.streams[s]),
-                    None => self.arena.alloc(size),
-                };
+                let on = stream.map(|s| self.streams[s].clone());
+                let result = self.on(thread, move |a| match on {
+                    Some(s) => a.alloc_on_stream(size, &s),
+                    None => a.alloc(size),
+                });
                 let after = self.arena.memory_log();
                 match result {
                     Ok(None) if size == 0 => self.check_unchanged(&before, &after)?,
@@ -496,8 +552,8 @@ impl Model {
                     other => return Err(format!("alloc({size}) gave {other:?}")),
                 }
             }
-            Op::Reserve(size) => {
-                let result = self.arena.reserve(size);
+            Op::Reserve(size, thread) => {
+                let result = self.on(thread, move |a| a.reserve(size));
                 let after = self.arena.memory_log();
                 match result {
                     Ok(None) if size == 0 => self.check_unchanged(&before, &after)?,
@@ -519,7 +575,7 @@ impl Model {
                     other => return Err(format!("reserve({size}) gave {other:?}")),
                 }
             }
-            Op::Free(pick) => {
+            Op::Free(pick, thread) => {
                 if self.live.is_empty() {
                     return Ok(());
                 }
@@ -528,8 +584,8 @@ impl Model {
                     .arena
                     .allocated_size(l.addr)
                     .map_err(|e| e.to_string())?;
-                self.arena
-                    .free(l.addr)
+                let addr = l.addr;
+                self.on(thread, move |a| a.free(addr))
                     .map_err(|e| format!("free of live {l:?}: {e}"))?;
                 if !l.reserve {
                     self.freed.push(Freed {
@@ -651,7 +707,8 @@ impl Model {
     }
 }
 
-fn run_case(setup: &Setup, ops: &[Op]) -> Result<(), String> {
+/// Runs one case; `threads` 0 makes every call on this thread.
+fn run_case(setup: &Setup, ops: &[Op], threads: usize) -> Result<(), String> {
     let config = ArenaConfig::from_pairs(setup.pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .map_err(|e| format!("generated config rejected: {e}"))?;
     let arena = match setup.vm {
@@ -666,24 +723,43 @@ fn run_case(setup: &Setup, ops: &[Op]) -> Result<(), String> {
         }
     };
     let mut model = Model {
-        arena,
+        arena: Arc::new(arena),
+        workers: (0..threads).map(|_| Worker::new()).collect(),
         streams: (0..STREAMS).map(|_| Stream::new()).collect(),
         live: Vec::new(),
         freed: Vec::new(),
         vm: setup.vm.is_some(),
     };
-    for (i, op) in ops.iter().enumerate() {
-        model.apply(op).map_err(|e| format!("op {i} {op:?}: {e}"))?;
+    let r = (|| {
+        for (i, op) in ops.iter().enumerate() {
+            model.apply(op).map_err(|e| format!("op {i} {op:?}: {e}"))?;
+        }
+        model.finish()
+    })();
+    for w in std::mem::take(&mut model.workers) {
+        drop(w.tx);
+        w.handle
+            .join()
+            .map_err(|_| "a worker panicked".to_string())?;
     }
-    model.finish()
+    r
 }
 
 #[test]
 fn random_op_sequences_keep_every_invariant() {
-    let cases = std::env::var("MODEL_CASES")
+    run_many("MODEL_CASES", 10_000, 0);
+}
+
+#[test]
+fn random_op_sequences_on_four_threads_keep_every_invariant() {
+    run_many("MODEL_THREAD_CASES", 2_000, THREADS);
+}
+
+fn run_many(env: &str, default_cases: u32, threads: usize) {
+    let cases = std::env::var(env)
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(10_000);
+        .unwrap_or(default_cases);
     let mut runner = TestRunner::new(Config {
         cases,
         failure_persistence: None,
@@ -695,12 +771,18 @@ fn random_op_sequences_keep_every_invariant() {
         proptest::collection::vec(op(), 1..120),
     );
     let result = runner.run(&strategy, |(setup, ops)| {
-        run_case(&setup, &ops).map_err(TestCaseError::fail)
+        run_case(&setup, &ops, threads).map_err(TestCaseError::fail)
     });
     if let Err(e) = result {
         panic!("{e}");
     }
     println!(
-        "{cases} random sequences passed; what they exercised (shrinking included): {TALLY:?}"
+        "{cases} random sequences on {} passed; what the runs so far exercised (shrinking \
+         included): {TALLY:?}",
+        if threads == 0 {
+            "one thread".to_string()
+        } else {
+            format!("{threads} threads")
+        }
     );
 }

@@ -583,3 +583,40 @@ fn a_copy_past_an_allocations_end_is_refused_even_when_the_next_one_is_live() {
         a.free(p).expect("live");
     }
 }
+
+#[test]
+fn threads_share_one_virtual_memory_arena_whose_stats_and_shrink_reach_every_threads_memory() {
+    // Issue 15 with issue 14: the virtual-memory mode keeps one sub-arena that every thread
+    // shares, so what any thread maps is in the stats, and a shrink unmaps what any freed.
+    let a = Arc::new(vm_arena(GIB, PAGE, &[]));
+    let live: Vec<u64> = (0..4u64)
+        .flat_map(|t| {
+            let a = a.clone();
+            std::thread::spawn(move || {
+                let p = alloc(&*a, (t + 1) * 100 * KIB);
+                let r = a.reserve(4096).expect("reserve").expect("addr");
+                [p, r]
+            })
+            .join()
+            .expect("thread")
+        })
+        .collect();
+    let s = a.stats();
+    let rounded: u64 = (1..=4u64).map(|t| t * 100 * KIB).sum();
+    assert_eq!(s.in_use, rounded + 4 * 4096);
+    assert_eq!((s.num_allocs, s.num_reserves), (8, 4));
+    assert_eq!(s.total_allocated, mapped(&a) + 4 * 4096);
+    assert_eq!(
+        a.raw().raw_stats().raw_bytes_outstanding,
+        s.total_allocated,
+        "mapped pages and reserves, all counted"
+    );
+    a.check_invariants().expect("consistent");
+    for p in live {
+        a.free(p)
+            .expect("live, freed on another thread than its own");
+    }
+    a.shrink().expect("shrink");
+    assert_eq!((a.stats().total_allocated, mapped(&a)), (0, 0));
+    a.check_invariants().expect("consistent");
+}

@@ -103,7 +103,7 @@ impl AddrTable {
     }
 
     /// Sets `key` (non-zero, not present) to `value`.
-    #[inline]
+    #[inline(always)]
     pub fn insert(&mut self, key: u64, value: u32) {
         debug_assert!(key != EMPTY && self.get(key).is_none());
         if (self.len + 1) * 2 > self.slots.len() {
@@ -118,7 +118,7 @@ impl AddrTable {
     }
 
     /// Removes `key`, returning its value.
-    #[inline]
+    #[inline(always)]
     pub fn remove(&mut self, key: u64) -> Option<u32> {
         if key == EMPTY {
             return None;

@@ -3,9 +3,14 @@
 //! DESIGN's decisions on top. This file is policy; the structures live in `bins`,
 //! `free_list`, `chunks` and `region`.
 //!
-//! One mutex guards the whole state, as in ORT; raw allocator calls happen under it. The
-//! state sits behind an `Arc` so that streams can tell the arena, through a weak reference,
-//! when they are released (it then resets their chunks; see `stream.rs`).
+//! Threads (issue 15): an arena is a set of sub-arenas, one per thread alive at once
+//! (`sub_arenas.rs`), each a whole BFC arena (`State` below) behind its own lock; a thread
+//! allocates from its own and frees to whichever owns the address. The raw allocator is
+//! called with no lock held (growth reserves its budget first, idle regions are taken out
+//! before they go back). `MaxInUse` stays exact across sub-arenas by escrow
+//! (`in_use_quota.rs`). The state sits behind an `Arc` so that streams can tell the arena,
+//! through a weak reference, when they are released (it then resets their chunks in every
+//! sub-arena; see `stream.rs`).
 //!
 //! Streams the host owns (issue 13) with events: a free on one takes a mark under the lock (no
 //! driver call); an allocation that finds no chunk lets go of the lock, records and queries the
@@ -16,7 +21,11 @@
 //! regions are reserved address ranges rather than raw allocations, and pages of them are
 //! mapped when a chunk first needs them; the page policy lives in `arena/vm.rs`, the page
 //! bits in `pages.rs`. Unmapped free memory is kept out of the bins, so allocating from and
-//! freeing to mapped memory are the region mode's paths, unchanged.
+//! freeing to mapped memory are the region mode's paths, unchanged. With threads, this mode keeps
+//! one sub-arena that every thread shares (`Arena::me`): its page tables, budget and
+//! unmapping policy stay one arena's, so stats, shrink and decision 7 see all of its memory;
+//! pages are mapped under that sub-arena's lock and the global one, and the shared budget
+//! follows what the sub-arena holds.
 
 mod vm;
 
@@ -27,14 +36,16 @@ use crate::chunks::{Chunk, ChunkSlab};
 use crate::config::{ArenaConfig, ExtendStrategy};
 use crate::error::{ArenaError, Result};
 use crate::free_list::{FreeBins, NIL};
-use crate::lock::ArenaLock;
+use crate::in_use_quota::{self, Admit, Metered};
 use crate::memory_info::MemoryInfo;
 use crate::memory_log::{BinLog, ChunkLog, MemoryLog, RegionLog, ReserveLog};
 use crate::raw::{RawAllocator, VirtualMemory};
 use crate::region::{Region, RegionSet};
 use crate::stats::AllocatorStats;
-use crate::stream::{Clock, Stream, StreamId, StreamUser};
+use crate::stream::{Clock, Stream, StreamId};
 use crate::stream_events::FreeEvents;
+use crate::sub_arenas::{Frozen, Global, SubArenas};
+use parking_lot::MutexGuard;
 use std::sync::Arc;
 
 /// Host-owned streams with events that tag chunks of an arena, by stream id (ascending).
@@ -50,11 +61,21 @@ enum Waited {
     Finished,
 }
 
-/// What an allocation that found no free chunk does next.
+/// What an allocation that found no free chunk in its sub-arena does next.
 enum Miss {
-    Found(u32),
-    /// Let go of the lock, then poll (or finish) these streams' events and search again.
+    /// Poll (or finish) these streams' events, with no lock held, and search again.
     Wait(Vec<Arc<FreeEvents>>, Waited),
+    /// Grow the sub-arena.
+    Grow,
+}
+
+/// One try at handing out a chunk of one sub-arena.
+enum Attempt {
+    Taken(u64),
+    /// No chunk there fits (or may be taken by this stream).
+    NoFit,
+    /// The quota needs the global lock, now held: try again.
+    Again,
 }
 
 /// Where the bytes of a live allocation are, for copies.
@@ -68,7 +89,8 @@ enum Memory<'a, R> {
 const BACKOFF_FACTOR: f32 = 0.9;
 const BACKOFF_MIN_BYTES: u64 = 8192;
 
-/// A BFC arena over the raw allocator `R`. Thread-safe.
+/// A BFC arena over the raw allocator `R`. Thread-safe; threads allocate from sub-arenas of
+/// their own (see the module docs).
 #[derive(Debug)]
 pub struct Arena<R: RawAllocator> {
     raw: R,
@@ -81,11 +103,12 @@ pub struct Arena<R: RawAllocator> {
     /// inside a chunk holds mapped pages.
     split_waste: u64,
     stream_aware: bool,
-    state: Arc<ArenaLock<State>>,
+    subs: Arc<SubArenas>,
 }
 
+/// One sub-arena: a whole BFC arena's state, behind a lock of its own (`sub_arenas.rs`).
 #[derive(Debug)]
-struct State {
+pub(crate) struct State {
     chunks: ChunkSlab,
     /// Exactly the free chunks, each in the bin of its size.
     bins: FreeBins,
@@ -94,10 +117,13 @@ struct State {
     live: AddrTable,
     /// Live reserves: address → size (not rounded).
     reserves: AddrMap<u64>,
+    /// This sub-arena's part of the stats (`MaxInUse` here is its own peak; the arena's is
+    /// the ledger's).
     stats: AllocatorStats,
     /// Size of the next power-of-two region (ORT's `curr_region_allocation_bytes_`).
     growth: u64,
-    next_region_id: u64,
+    /// Ordinal of the next allocation; the sub-arena's index sits in the top bits, so ordinals
+    /// are unique across sub-arenas.
     next_alloc_id: u64,
     /// Set by [`Allocator::retire`]: every region and reserve went back to the raw allocator
     /// and every call fails with `ERR_ARENA_RELEASED`. Checked only on the paths a retired
@@ -118,36 +144,48 @@ struct State {
     /// can be neither reused whole nor unmapped. (The region mode keeps ORT's rule: only
     /// chunks of one stream merge.)
     absorb_unassigned: bool,
+    /// Virtual-memory mode: the id of the next range reserved (only one sub-arena is used
+    /// in that mode, so ids stay unique).
+    next_vm_region_id: u64,
+    /// How much `stats.in_use` may reach before the global ledger is asked (`in_use_quota.rs`).
+    quota: u64,
+    /// This sub-arena's index in its arena.
+    index: u32,
+    /// The stream that last took a chunk here, known to be registered to tell the arena when
+    /// it goes (so the common path skips the stream's lock).
+    registered: StreamId,
+}
+
+/// A wholly free region taken out of a sub-arena while its memory goes back to the raw
+/// allocator with no lock held, with what it takes to put it back if that fails.
+#[derive(Debug)]
+pub(crate) struct Detached {
+    region: Region,
+    /// Its chunks, lowest address first.
+    chunks: Vec<Chunk>,
+}
+
+impl Detached {
+    pub(crate) fn base(&self) -> u64 {
+        self.region.base
+    }
+
+    pub(crate) fn size(&self) -> u64 {
+        self.region.size
+    }
 }
 
 impl<R: RawAllocator> Arena<R> {
     /// An arena over `raw` with `config`. Takes no memory until the first allocation.
     pub fn new(raw: R, config: ArenaConfig) -> Result<Self> {
         config.validate()?;
-        let first = config.max_mem.min(config.initial_chunk_size_bytes);
-        let state = State {
-            chunks: ChunkSlab::default(),
-            bins: FreeBins::new(),
-            regions: RegionSet::default(),
-            live: AddrTable::default(),
-            reserves: AddrMap::default(),
-            stats: AllocatorStats::with_limit(config.max_mem),
-            growth: round_up_256(first).unwrap_or(first),
-            next_region_id: 0,
-            next_alloc_id: 1,
-            retired: false,
-            hosted: Vec::new(),
-            pages: None,
-            peak_chunk_bytes: 0,
-            absorb_unassigned: false,
-        };
         Ok(Arena {
             raw,
             vm: None,
             split_waste: config.max_dead_bytes_per_chunk,
+            subs: Arc::new(SubArenas::new(&config)),
             config,
             stream_aware: true,
-            state: Arc::new(ArenaLock::new(state)),
         })
     }
 
@@ -165,7 +203,8 @@ impl<R: RawAllocator> Arena<R> {
         let mut arena = Self::new(raw, config)?;
         let paged = vm::Paged::new(&*vm, &arena.config)?;
         {
-            let mut st = arena.state.lock();
+            // Every thread shares sub-arena 0 in this mode (see `Arena::me`).
+            let mut st = arena.subs.get_or_make(0).lock();
             st.pages = Some(Box::new(paged));
             st.absorb_unassigned = true;
         }
@@ -195,25 +234,48 @@ impl<R: RawAllocator> Arena<R> {
         &self.config
     }
 
+    /// How many times the sub-arenas' `InUse` quotas were rebalanced (`in_use_quota.rs`): the
+    /// one step of the common path that needs every thread's sub-arena. For benchmarks.
+    pub fn quota_rebalances(&self) -> u64 {
+        self.subs.global().ledger.rebalances
+    }
+
+    /// The calling thread's sub-arena. In virtual-memory mode every thread shares sub-arena 0:
+    /// its page tables, budget and unmapping policy are one arena's, as before sub-arenas.
+    #[inline(always)]
+    fn me(&self) -> usize {
+        if self.vm.is_some() {
+            0
+        } else {
+            SubArenas::index()
+        }
+    }
+
     /// The size as the arena will hand it out, or why it never can (DESIGN decision 4).
     #[inline]
     fn rounded(&self, size: u64) -> Result<u64> {
-        let rounded = round_up_256(size).ok_or_else(|| {
-            ArenaError::oom(
+        match round_up_256(size) {
+            Some(rounded) if rounded <= self.config.max_mem => Ok(rounded),
+            rounded => Err(self.never_fits(size, rounded)),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn never_fits(&self, size: u64, rounded: Option<u64>) -> ArenaError {
+        match rounded {
+            None => ArenaError::oom(
                 size,
                 "the size rounded up to a multiple of 256 does not fit in 64 bits",
-            )
-        })?;
-        if rounded > self.config.max_mem {
-            return Err(ArenaError::oom(
+            ),
+            Some(rounded) => ArenaError::oom(
                 size,
                 format!(
                     "{rounded} bytes (rounded) exceed arena.max_mem of {}",
                     self.config.max_mem
                 ),
-            ));
+            ),
         }
-        Ok(rounded)
     }
 
     #[inline]
@@ -222,151 +284,571 @@ impl<R: RawAllocator> Arena<R> {
             return Ok(None);
         }
         let rounded = self.rounded(size)?;
+        let me = self.me();
+        match self.take_fast(me, rounded, size, stream) {
+            Some(addr) => Ok(Some(addr)),
+            None => self.allocate_slow(me, rounded, size, stream),
+        }
+    }
+
+    /// The common path: this thread's sub-arena has a chunk the stream may take, and its quota
+    /// has room for it. `None` otherwise, with nothing changed.
+    #[inline(always)]
+    fn take_fast(
+        &self,
+        me: usize,
+        rounded: u64,
+        size: u64,
+        stream: Option<&Stream>,
+    ) -> Option<u64> {
+        let mut st = self.subs.get(me)?.lock();
         let consumer = stream.map_or(0, Stream::id);
+        let id = st.find(rounded, consumer, stream)?;
+        let chunk_size = st.chunks.get(id).size;
+        let split = splits(chunk_size, rounded, self.split_waste);
+        let charge = if split { rounded } else { chunk_size };
+        if !in_use_quota::admits(&*st, charge) {
+            return None;
+        }
+        let sync_id = stream.map_or(0, Stream::sync_id);
+        let addr = st.take(id, rounded, size, consumer, sync_id, split);
+        if let Some(stream) = stream {
+            self.tag_with(&mut st, stream);
+        }
+        Some(addr)
+    }
+
+    /// Everything else: the quota needs a rebalance, the sub-arena needs growing or making,
+    /// other streams' events need polling, memory must come from elsewhere.
+    #[cold]
+    #[inline(never)]
+    fn allocate_slow(
+        &self,
+        me: usize,
+        rounded: u64,
+        size: u64,
+        stream: Option<&Stream>,
+    ) -> Result<Option<u64>> {
+        if let Some(vm) = &self.vm {
+            return self.allocate_vm(&**vm, rounded, size, stream);
+        }
+        let consumer = stream.map_or(0, Stream::id);
+        let sub = self.subs.get_or_make(me);
+        let mut waited = Waited::Nothing;
+        let mut global = None;
+        loop {
+            match self.try_take(me, rounded, size, consumer, stream, &mut global) {
+                Attempt::Taken(addr) => return Ok(Some(addr)),
+                Attempt::Again => continue,
+                Attempt::NoFit => {}
+            }
+            global = None;
+            let miss = self.on_miss(&mut sub.lock(), consumer, waited)?;
+            match miss {
+                Miss::Wait(others, next) => {
+                    // Driver calls (event record, query, synchronize) with no lock held.
+                    for f in &others {
+                        if next == Waited::Finished {
+                            f.finish();
+                        } else {
+                            f.advance();
+                        }
+                    }
+                    waited = next;
+                }
+                Miss::Grow => {
+                    let reached =
+                        self.grow_or_reach(me, rounded, size, consumer, stream, &mut waited)?;
+                    if let Some(addr) = reached {
+                        return Ok(Some(addr));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The slow path in virtual-memory mode, on sub-arena 0 (which every thread shares there)
+    /// as the arena was before sub-arenas: pages are mapped under its lock (and the global
+    /// lock, so the quota is charged at once), the budget follows what the sub-arena holds.
+    #[cold]
+    #[inline(never)]
+    fn allocate_vm(
+        &self,
+        vm: &dyn VirtualMemory,
+        rounded: u64,
+        size: u64,
+        stream: Option<&Stream>,
+    ) -> Result<Option<u64>> {
+        let consumer = stream.map_or(0, Stream::id);
+        let sub = self.subs.get_or_make(0);
         let mut waited = Waited::Nothing;
         loop {
-            let mut st = self.state.lock();
-            let mut clock = stream.map(Stream::clock);
-            let id = match st.find(rounded, consumer, clock.as_deref()) {
+            let mut global = Some(self.subs.global());
+            let mut st = sub.lock();
+            let id = match st.find(rounded, consumer, stream) {
                 Some(id) => id,
                 None => {
-                    match self.on_miss(
-                        &mut st,
+                    let others = if waited == Waited::Nothing {
+                        st.hosted_waiting(consumer)
+                    } else {
+                        Vec::new()
+                    };
+                    if !others.is_empty() {
+                        drop(st);
+                        drop(global);
+                        // Driver calls (event record, query) with no lock held.
+                        for f in &others {
+                            f.advance();
+                        }
+                        waited = Waited::Polled;
+                        continue;
+                    }
+                    st.check_live()?;
+                    let before = st.held();
+                    let clock = stream.map(Stream::clock);
+                    let grown = st.vm_grow_and_find(
+                        vm,
+                        &self.config,
                         rounded,
                         size,
                         consumer,
                         clock.as_deref(),
-                        waited,
-                    )? {
-                        Miss::Found(id) => id,
-                        Miss::Wait(others, next) => {
-                            // Driver calls (event record, query, synchronize) outside the lock.
-                            drop(clock);
-                            drop(st);
-                            for f in &others {
-                                if next == Waited::Finished {
-                                    f.finish();
-                                } else {
-                                    f.advance();
-                                }
+                    );
+                    drop(clock);
+                    self.subs.follow_budget(before, st.held());
+                    match grown {
+                        Ok(id) => id,
+                        Err(e @ ArenaError::OutOfMemory { .. }) if waited != Waited::Finished => {
+                            let others = st.hosted_waiting(consumer);
+                            if others.is_empty() {
+                                return Err(e);
                             }
-                            waited = next;
+                            drop(st);
+                            drop(global);
+                            for f in &others {
+                                f.finish();
+                            }
+                            waited = Waited::Finished;
                             continue;
                         }
+                        Err(e) => return Err(e),
                     }
                 }
             };
-            let sync_id = clock.as_deref().map_or(0, Clock::sync_id);
-            let addr = st.take(id, rounded, size, consumer, sync_id, self.split_waste);
-            // The chunk is tagged with the stream now: the stream must tell us when it goes.
-            if let Some(clock) = clock.as_mut() {
-                clock.register_user(&self.state);
-                if let Some(events) = stream.and_then(Stream::free_events) {
-                    st.register_hosted(consumer, events);
-                }
+            let chunk_size = st.chunks.get(id).size;
+            let split = splits(chunk_size, rounded, self.split_waste);
+            let charge = if split { rounded } else { chunk_size };
+            let frozen = match self.subs.admit(&mut global, 0, &mut st, charge) {
+                Admit::Fits(frozen) => frozen,
+                // Not with the global lock held; search again if it were.
+                Admit::Retry => continue,
+            };
+            let sync_id = stream.map_or(0, Stream::sync_id);
+            let addr = st.take(id, rounded, size, consumer, sync_id, split);
+            drop(frozen);
+            drop(global);
+            if let Some(stream) = stream {
+                self.tag_with(&mut st, stream);
             }
             return Ok(Some(addr));
         }
     }
 
-    /// No free chunk fits. First, once, other host streams' frees may have completed: the
-    /// caller polls their events. Then the arena grows; when even that runs out of memory,
-    /// the caller waits for those events, once, before the error stands.
-    #[cold]
-    #[inline(never)]
-    fn on_miss(
-        &self,
-        st: &mut State,
+    /// A reserve in virtual-memory mode: from the raw allocator under sub-arena 0's lock (and
+    /// the global lock), so that mapping pages and reserves share one budget exactly; out of
+    /// memory, the wholly free pages are unmapped and it is tried once more (decision 7).
+    fn reserve_vm(&self, vm: &dyn VirtualMemory, size: u64) -> Result<Option<u64>> {
+        let sub = self.subs.get_or_make(0);
+        let mut global = Some(self.subs.global());
+        let mut st = sub.lock();
+        st.check_live()?;
+        let addr = match self.raw_reserve(size) {
+            Err(e @ ArenaError::OutOfMemory { .. }) => {
+                let before = st.held();
+                let (released, _) = st.vm_release_all_free(vm);
+                self.subs.follow_budget(before, st.held());
+                if released == 0 {
+                    return Err(e);
+                }
+                st.reset_growth(&self.config);
+                self.raw_reserve(size)?
+            }
+            other => other?,
+        };
+        let frozen = match self.subs.admit(&mut global, 0, &mut st, size) {
+            Admit::Fits(frozen) => frozen,
+            Admit::Retry => {
+                // Not with the global lock held; give the memory back if it were.
+                drop(st);
+                let _ = self.raw.free(addr, size);
+                self.subs.return_budget(size);
+                return Err(ArenaError::oom(size, "the arena could not account for it"));
+            }
+        };
+        st.reserves.insert(addr, size);
+        st.stats.add_in_use(size, size);
+        st.stats.num_reserves += 1;
+        st.stats.reserved_bytes += size;
+        st.stats.total_allocated += size;
+        drop(frozen);
+        drop(global);
+        self.subs.directory.insert(addr, size, 0);
+        Ok(Some(addr))
+    }
+
+    /// Hands out a chunk of sub-arena `t` that `consumer` may take, if one fits, charging `t`'s
+    /// quota (and rebalancing when it must: then `global` is held, here or on the next try).
+    fn try_take<'a>(
+        &'a self,
+        t: usize,
         rounded: u64,
         size: u64,
         consumer: StreamId,
-        clock: Option<&Clock>,
-        waited: Waited,
-    ) -> Result<Miss> {
+        stream: Option<&Stream>,
+        global: &mut Option<MutexGuard<'a, Global>>,
+    ) -> Attempt {
+        let Some(sub) = self.subs.get(t) else {
+            return Attempt::NoFit;
+        };
+        let mut st = sub.lock();
+        let Some(id) = st.find(rounded, consumer, stream) else {
+            return Attempt::NoFit;
+        };
+        let split = splits(st.chunks.get(id).size, rounded, self.split_waste);
+        let charge = if split {
+            rounded
+        } else {
+            st.chunks.get(id).size
+        };
+        let mut frozen = None;
+        if global.is_some() || !in_use_quota::admits(&*st, charge) {
+            match self.subs.admit(global, t, &mut st, charge) {
+                Admit::Fits(f) => frozen = Some(f),
+                Admit::Retry => {
+                    drop(st);
+                    *global = Some(self.subs.global());
+                    return Attempt::Again;
+                }
+            }
+        }
+        let sync_id = stream.map_or(0, Stream::sync_id);
+        let addr = st.take(id, rounded, size, consumer, sync_id, split);
+        if frozen.is_some() {
+            // The charge is applied: the sum a rebalance recorded was reached.
+            drop(frozen);
+            *global = None;
+        }
+        if let Some(stream) = stream {
+            self.tag_with(&mut st, stream);
+        }
+        Attempt::Taken(addr)
+    }
+
+    /// A chunk of `st` is tagged with `stream` now: the stream must tell the arena when it
+    /// goes, and a host stream's frees take its marks.
+    #[inline(always)]
+    fn tag_with(&self, st: &mut State, stream: &Stream) {
+        if st.registered != stream.id() {
+            stream.clock().register_user(&self.subs);
+            st.registered = stream.id();
+        }
+        if let Some(events) = stream.free_events() {
+            st.register_hosted(stream.id(), events);
+        }
+    }
+
+    /// No free chunk fits in this thread's sub-arena. First, once, other host streams' frees
+    /// may have completed: the caller polls their events. Then the sub-arena grows.
+    #[cold]
+    #[inline(never)]
+    fn on_miss(&self, st: &mut State, consumer: StreamId, waited: Waited) -> Result<Miss> {
         if waited == Waited::Nothing {
             let others = st.hosted_waiting(consumer);
             if !others.is_empty() {
                 return Ok(Miss::Wait(others, Waited::Polled));
             }
         }
-        match self.grow_and_find(st, rounded, size, consumer, clock) {
-            Ok(id) => Ok(Miss::Found(id)),
-            Err(e @ ArenaError::OutOfMemory { .. }) if waited != Waited::Finished => {
-                let others = st.hosted_waiting(consumer);
-                if others.is_empty() {
-                    Err(e)
-                } else {
-                    Ok(Miss::Wait(others, Waited::Finished))
-                }
-            }
-            Err(e) => Err(e),
-        }
+        st.check_live()?;
+        Ok(Miss::Grow)
     }
 
-    /// No free chunk fits: grow the arena (releasing idle regions first if growing fails)
-    /// and search again. Out of line, to keep `allocate`'s common path small.
+    /// Grows sub-arena `me`; out of memory, releases the wholly free regions of every
+    /// sub-arena and grows once more (decision 7), then takes a chunk `consumer` may use from
+    /// another sub-arena, then waits, once, for the other host streams' events before the error
+    /// stands. `Ok(None)`: search again.
     #[cold]
     #[inline(never)]
-    fn grow_and_find(
+    fn grow_or_reach(
         &self,
-        st: &mut State,
+        me: usize,
         rounded: u64,
         size: u64,
         consumer: StreamId,
-        clock: Option<&Clock>,
-    ) -> Result<u32> {
-        st.check_live()?;
-        if let Some(vm) = &self.vm {
-            return st.vm_grow_and_find(&**vm, &self.config, rounded, size, consumer, clock);
+        stream: Option<&Stream>,
+        waited: &mut Waited,
+    ) -> Result<Option<u64>> {
+        let mut err = match self.grow(me, rounded, size) {
+            Ok(()) => return Ok(None),
+            Err(e @ ArenaError::OutOfMemory { .. }) => e,
+            Err(e) => return Err(e),
+        };
+        if self.subs.release_idle(&self.raw).0 > 0 {
+            self.subs.get_or_make(me).lock().reset_growth(&self.config);
+            match self.grow(me, rounded, size) {
+                Ok(()) => return Ok(None),
+                Err(e @ ArenaError::OutOfMemory { .. }) => err = e,
+                Err(e) => return Err(e),
+            }
         }
-        st.with_release_retry(&self.raw, None, &self.config, |st| {
-            st.try_extend(&self.raw, &self.config, rounded, size)
-        })?;
-        st.find(rounded, consumer, clock)
-            .ok_or_else(|| ArenaError::oom(size, "no free chunk fits even after growing the arena"))
+        let mut global = None;
+        for t in self.subs.used().filter(|&t| t != me).collect::<Vec<_>>() {
+            loop {
+                match self.try_take(t, rounded, size, consumer, stream, &mut global) {
+                    Attempt::Taken(addr) => return Ok(Some(addr)),
+                    Attempt::Again => continue,
+                    Attempt::NoFit => break,
+                }
+            }
+            global = None;
+        }
+        if *waited != Waited::Finished {
+            let others = self.hosted_waiting_anywhere(consumer);
+            if !others.is_empty() {
+                for f in &others {
+                    f.finish();
+                }
+                *waited = Waited::Finished;
+                return Ok(None);
+            }
+        }
+        Err(err)
     }
 
-    /// Frees what is not an in-use chunk: a reserve, or an unknown address (an error).
+    /// The events of host streams other than `consumer`, in any sub-arena, whose frees are not
+    /// all known complete (each stream once).
+    fn hosted_waiting_anywhere(&self, consumer: StreamId) -> Vec<Arc<FreeEvents>> {
+        let mut all: Vec<Arc<FreeEvents>> = Vec::new();
+        for t in self.subs.used().collect::<Vec<_>>() {
+            if let Some(sub) = self.subs.get(t) {
+                for f in sub.lock().hosted_waiting(consumer) {
+                    if !all.iter().any(|g| Arc::ptr_eq(g, &f)) {
+                        all.push(f);
+                    }
+                }
+            }
+        }
+        all
+    }
+
+    /// Grows sub-arena `me` by one region that can hold `rounded` bytes (ORT's `Extend`): the
+    /// budget under `arena.max_mem` is reserved first, the raw allocator called with no lock
+    /// held, and the region added after. Changes nothing on failure.
+    fn grow(&self, me: usize, rounded: u64, requested: u64) -> Result<()> {
+        let sub = self.subs.get_or_make(me);
+        let (size, growth) = self.subs.reserve_budget(|budget, held| {
+            let st = sub.lock();
+            st.check_live()?;
+            st.plan_extend(&self.config, rounded, requested, budget & !255, held)
+        })?;
+        let mut reserved = size;
+        let got = alloc_region(&self.raw, size, rounded, requested, |less| {
+            self.subs.return_budget(less);
+            reserved -= less;
+        });
+        let (base, size) = got.inspect_err(|_| self.subs.return_budget(reserved))?;
+        let mut st = sub.lock();
+        if let Err(e) = st.check_live() {
+            drop(st);
+            // Retired meanwhile: nothing is to be kept (nothing to report if this fails).
+            let _ = self.raw.free(base, size);
+            self.subs.return_budget(size);
+            return Err(e);
+        }
+        st.commit_extend(base, size, growth, self.subs.next_region_id());
+        self.subs.directory.insert(base, size, me as u32);
+        Ok(())
+    }
+
+    /// Obtains a reserve's memory from the raw allocator within the budget, with no lock held.
+    fn raw_reserve(&self, size: u64) -> Result<u64> {
+        let max_mem = self.config.max_mem;
+        self.subs.reserve_budget(|budget, _| {
+            if size > budget {
+                return Err(ArenaError::oom(
+                    size,
+                    format!(
+                        "a reserve of {size} bytes exceeds the {budget} bytes left under arena.max_mem {max_mem}"
+                    ),
+                ));
+            }
+            Ok((size, ()))
+        })?;
+        self.raw
+            .alloc(size)
+            .inspect_err(|_| self.subs.return_budget(size))
+    }
+
+    /// Frees what is not an in-use chunk of `st`: a reserve, or an unknown address (an error).
     #[cold]
     #[inline(never)]
     fn free_other(&self, st: &mut State, addr: u64) -> Result<()> {
         st.check_live()?;
         if let Some(&size) = st.reserves.get(&addr) {
-            self.raw.free(addr, size)?;
+            // Under the sub-arena's lock, so no second free races it; reserves are rare. Out
+            // of the directory first: once freed, the address may come back for another
+            // sub-arena's region, which must not find this entry.
+            self.subs.directory.remove(addr);
+            if let Err(e) = self.raw.free(addr, size) {
+                self.subs.directory.insert(addr, size, st.index());
+                return Err(e);
+            }
             st.reserves.remove(&addr);
             st.stats.remove_in_use(size, size);
             st.stats.reserved_bytes -= size;
             st.stats.total_allocated -= size;
+            self.subs.return_budget(size);
             return Ok(());
         }
         Err(ArenaError::unknown_pointer(addr, st.describe_unknown(addr)))
     }
 
-    /// Runs `op` on the memory behind `[addr, addr+len)` with the lock held once the range
-    /// is known to lie inside one live allocation (its requested size), so no free can race
-    /// the copy: the raw allocator for a reserve or a region's chunk, the virtual-memory form
-    /// for a chunk in virtual-memory mode.
+    /// A free that is not of a chunk this thread's sub-arena handed out.
+    #[cold]
+    #[inline(never)]
+    fn free_elsewhere(&self, addr: u64) -> Result<()> {
+        self.with_owner(addr, |st| match st.live.remove(addr) {
+            Some(id) => {
+                st.mark_hosted_free(id);
+                st.release_chunk(id);
+                Ok(())
+            }
+            None => self.free_other(st, addr),
+        })
+    }
+
+    /// Runs `op` on the locked sub-arena whose region or reserve holds `addr`; an address no
+    /// sub-arena holds is unknown (`ERR_ARENA_RELEASED` once retired).
+    fn with_owner<T>(&self, addr: u64, op: impl FnOnce(&mut State) -> Result<T>) -> Result<T> {
+        // In virtual-memory mode the ranges are not in the directory: they are sub-arena 0's.
+        let owner = self.subs.directory.owner(addr);
+        let owner = owner.or(self.vm.as_ref().map(|_| 0));
+        match owner.and_then(|t| self.subs.get(t as usize)) {
+            Some(sub) => op(&mut sub.lock()),
+            None => {
+                if self.subs.is_retired() {
+                    return Err(crate::allocator::retired());
+                }
+                Err(ArenaError::unknown_pointer(
+                    addr,
+                    "was not allocated by this allocator",
+                ))
+            }
+        }
+    }
+
+    /// Runs `op` on the memory behind `[addr, addr+len)` with the owning sub-arena's lock held
+    /// once the range is known to lie inside one live allocation (its requested size), so no
+    /// free can race the copy: the raw allocator for a reserve or a region's chunk, the
+    /// virtual-memory form for a chunk in virtual-memory mode.
     fn in_range<T>(
         &self,
         addr: u64,
         len: u64,
         op: impl FnOnce(Memory<'_, R>) -> Result<T>,
     ) -> Result<T> {
-        let st = self.state.lock();
-        st.check_live()?;
-        match (st.contains_range(addr, len), &self.vm) {
-            (Some(false), Some(vm)) => op(Memory::Vm(&**vm)),
-            (Some(_), _) => op(Memory::Raw(&self.raw)),
-            (None, _) => Err(out_of_range(addr, len, "this allocator")),
+        self.check_live()?;
+        if let Some(vm) = &self.vm {
+            // Every chunk and reserve is sub-arena 0's in virtual-memory mode.
+            let Some(sub) = self.subs.get(0) else {
+                return Err(out_of_range(addr, len, "this allocator"));
+            };
+            let st = sub.lock();
+            st.check_live()?;
+            return match st.contains_range(addr, len) {
+                Some(false) => op(Memory::Vm(&**vm)),
+                Some(true) => op(Memory::Raw(&self.raw)),
+                None => Err(out_of_range(addr, len, "this allocator")),
+            };
         }
+        // The sub-arena whose region or reserve holds `addr`; an empty range may also sit at
+        // the very end of an allocation, which the byte before names.
+        let mut owners = [self.subs.directory.owner(addr), None];
+        if len == 0 && addr > 0 {
+            owners[1] = self
+                .subs
+                .directory
+                .owner(addr - 1)
+                .filter(|&t| Some(t) != owners[0]);
+        }
+        for t in owners.into_iter().flatten() {
+            let Some(sub) = self.subs.get(t as usize) else {
+                continue;
+            };
+            let st = sub.lock();
+            st.check_live()?;
+            if st.contains_range(addr, len).is_some() {
+                return op(Memory::Raw(&self.raw));
+            }
+        }
+        Err(out_of_range(addr, len, "this allocator"))
+    }
+
+    /// The arena as it is when nothing else runs: `ERR_ARENA_RELEASED` once retired.
+    fn check_live(&self) -> Result<()> {
+        if self.subs.is_retired() {
+            return Err(crate::allocator::retired());
+        }
+        Ok(())
+    }
+
+    /// Hands everything back to the raw allocator for good (retire and drop).
+    fn retire_all(&self) {
+        let mut f = self.subs.freeze();
+        if f.global.retired {
+            return;
+        }
+        // Out of the directory before any memory goes back (it may come back to another arena).
+        self.subs.directory.clear();
+        let mut hosted = Vec::new();
+        for (_, st) in &mut f.subs {
+            let held = st.held();
+            hosted.push(st.retire(&self.raw, self.vm.as_deref()));
+            self.subs.return_budget(held);
+        }
+        self.subs.mark_retired(&mut f.global);
+        f.global.ledger.clear();
+        drop(f);
+        // Outside the locks: the last references hand their events back to the backend.
+        drop(hosted);
+    }
+
+    /// The arena's stats at the instant `f` holds: each sub-arena's summed, `MaxInUse` the
+    /// ledger's.
+    fn stats_of(&self, f: &Frozen<'_>) -> AllocatorStats {
+        let mut s = AllocatorStats::with_limit(self.config.max_mem);
+        for (_, st) in &f.subs {
+            let t = &st.stats;
+            s.in_use += t.in_use;
+            s.requested_in_use += t.requested_in_use;
+            s.total_allocated += t.total_allocated;
+            s.reserved_bytes += t.reserved_bytes;
+            s.num_allocs += t.num_allocs;
+            s.num_reserves += t.num_reserves;
+            s.num_arena_extensions += t.num_arena_extensions;
+            s.num_arena_shrinkages += t.num_arena_shrinkages;
+            s.max_alloc_size = s.max_alloc_size.max(t.max_alloc_size);
+        }
+        s.max_in_use = f.global.ledger.max_in_use;
+        s
     }
 
     /// Walks every chunk and checks the arena's invariants: regions tiled exactly by linked
     /// chunks, free chunks in their bins and in-use ones in the address map, no two adjacent
-    /// free chunks of one stream left unmerged, and every stat equal to what the chunks and
-    /// reserves add up to. O(chunks); for tests and debugging. Returns the first fault.
+    /// free chunks of one stream left unmerged, every stat equal to what the chunks and
+    /// reserves add up to, and across sub-arenas the quotas, the budget and the directory.
+    /// O(chunks); for tests and debugging. Returns the first fault.
     pub fn check_invariants(&self) -> std::result::Result<(), String> {
-        self.state.lock().check(&self.raw, self.vm.as_deref())
+        self.subs.check(&self.raw, self.vm.as_deref())
     }
 }
 
@@ -384,17 +866,109 @@ fn reusable(c: &Chunk, consumer: StreamId, hosted: &Hosted, clock: Option<&Clock
         }
 }
 
-impl StreamUser for ArenaLock<State> {
-    fn stream_released(&self, id: StreamId) {
-        let hosted = self.lock().reset_stream(id);
-        // Outside the lock: the last reference hands its events back to the backend.
-        drop(hosted);
+/// ORT's back-off: asks `raw` for `size` bytes, then for 90% of that and so on while it stays
+/// at least `rounded` and [`BACKOFF_MIN_BYTES`]; `shrunk(by)` hears of each smaller request.
+/// Returns the region's base and size.
+fn alloc_region<R: RawAllocator>(
+    raw: &R,
+    mut size: u64,
+    rounded: u64,
+    requested: u64,
+    mut shrunk: impl FnMut(u64),
+) -> Result<(u64, u64)> {
+    loop {
+        match raw.alloc(size) {
+            Ok(base) => return Ok((base, size)),
+            Err(ArenaError::OutOfMemory { reason, .. }) => {
+                let smaller = ((size as f32) * BACKOFF_FACTOR) as u64;
+                let smaller = round_up_256(smaller).unwrap_or(u64::MAX);
+                if smaller >= size || smaller < rounded || smaller < BACKOFF_MIN_BYTES {
+                    return Err(ArenaError::oom(
+                        requested,
+                        format!("the raw allocator refused a region for {rounded} bytes, even after backing off to {size}: {reason}"),
+                    ));
+                }
+                shrunk(size - smaller);
+                size = smaller;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+impl Metered for State {
+    #[inline]
+    fn in_use(&self) -> u64 {
+        self.stats.in_use
+    }
+
+    fn peak(&self) -> u64 {
+        self.stats.max_in_use
+    }
+
+    #[inline]
+    fn quota(&self) -> u64 {
+        self.quota
+    }
+
+    fn set_quota(&mut self, quota: u64) {
+        self.quota = quota;
     }
 }
 
 impl State {
+    /// An empty sub-arena, index `index` of its arena.
+    pub(crate) fn new(config: &ArenaConfig, index: u64) -> Self {
+        let first = config.max_mem.min(config.initial_chunk_size_bytes);
+        State {
+            chunks: ChunkSlab::default(),
+            bins: FreeBins::new(),
+            regions: RegionSet::default(),
+            live: AddrTable::default(),
+            reserves: AddrMap::default(),
+            stats: AllocatorStats::with_limit(config.max_mem),
+            growth: round_up_256(first).unwrap_or(first),
+            next_alloc_id: 1 + (index << 48),
+            retired: false,
+            hosted: Vec::new(),
+            pages: None,
+            peak_chunk_bytes: 0,
+            absorb_unassigned: false,
+            next_vm_region_id: 0,
+            quota: 0,
+            index: index as u32,
+            registered: 0,
+        }
+    }
+
+    /// This sub-arena's index in its arena.
+    pub(crate) fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// A sub-arena made after its arena was retired is retired from the start.
+    pub(crate) fn mark_retired(&mut self) {
+        self.retired = true;
+    }
+
+    /// Bytes this sub-arena holds from the raw allocator: regions and reserves.
+    pub(crate) fn held(&self) -> u64 {
+        self.stats.total_allocated
+    }
+
+    /// `(base, size)` of every region and reserve: what the directory holds (virtual-memory
+    /// mode's ranges are not there: every thread uses sub-arena 0 then).
+    pub(crate) fn ranges(&self) -> Vec<(u64, u64)> {
+        let mut v: Vec<(u64, u64)> = match self.pages {
+            Some(_) => Vec::new(),
+            None => self.regions.iter().map(|(_, r)| (r.base, r.size)).collect(),
+        };
+        v.extend(self.reserves.iter().map(|(&a, &s)| (a, s)));
+        v
+    }
+
     /// `ERR_ARENA_RELEASED` once the arena is retired.
-    fn check_live(&self) -> Result<()> {
+    pub(crate) fn check_live(&self) -> Result<()> {
         if self.retired {
             return Err(ArenaError::Released {
                 what: "the allocator".into(),
@@ -407,7 +981,11 @@ impl State {
     /// for good. Returns the host streams' events it held, for the caller to drop once the
     /// lock is released.
     #[must_use]
-    fn retire<R: RawAllocator>(&mut self, raw: &R, vm: Option<&dyn VirtualMemory>) -> Hosted {
+    pub(crate) fn retire<R: RawAllocator>(
+        &mut self,
+        raw: &R,
+        vm: Option<&dyn VirtualMemory>,
+    ) -> Hosted {
         // Nothing can be reported here (retire and drop cannot fail); the raw allocator's
         // counters show what came back.
         match (self.pages.is_some(), vm) {
@@ -433,6 +1011,7 @@ impl State {
         };
         self.retired = true;
         self.peak_chunk_bytes = 0;
+        self.quota = 0;
         std::mem::take(&mut self.hosted)
     }
 
@@ -468,27 +1047,40 @@ impl State {
         }
     }
 
-    /// The best free chunk for `rounded` bytes that stream `consumer` may use (0: no stream);
-    /// in virtual-memory mode, one of the pool (range) that serves its size.
-    #[inline]
-    fn find(&self, rounded: u64, consumer: StreamId, clock: Option<&Clock>) -> Option<u32> {
+    /// The best free chunk for `rounded` bytes that `stream` (id `consumer`, 0: no stream) may
+    /// use. The stream's clock is locked only if a chunk of another stream is considered.
+    #[inline(always)]
+    fn find(&self, rounded: u64, consumer: StreamId, stream: Option<&Stream>) -> Option<u32> {
         let chunks = &self.chunks;
         let hosted = &self.hosted;
         let pool = self.pages.as_deref().map(|p| p.pool_filter(rounded));
+        let mut clock = None;
         self.bins.best_fit(
             rounded,
             #[inline(always)]
             |id| {
                 let c = chunks.get(id);
-                reusable(c, consumer, hosted, clock)
-                    && pool.is_none_or(|(pages, want)| pages.pool(c.region) == want)
+                pool.is_none_or(|(pages, want)| pages.pool(c.region) == want)
+                    && (c.stream == consumer || c.stream == 0 || {
+                        // ORT's rule: the consumer's own chunk, an unassigned one, or one whose
+                        // stream the consumer has waited on since the chunk was handed out
+                        // there; for a host stream with events, one whose free that stream's
+                        // work is known past.
+                        match hosted.binary_search_by_key(&c.stream, |e| e.0) {
+                            Ok(i) => hosted[i].1.is_complete(c.sync_id),
+                            Err(_) => stream.is_some_and(|s| {
+                                let clock = clock.get_or_insert_with(|| s.clock());
+                                c.sync_id < clock.last_wait(c.stream)
+                            }),
+                        }
+                    })
             },
         )
     }
 
     /// Hands out free chunk `id`, splitting off what is left when ORT's rule says so. The
     /// caller gets the low end, as in ORT.
-    #[inline]
+    #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     fn take(
         &mut self,
@@ -497,10 +1089,9 @@ impl State {
         size: u64,
         consumer: StreamId,
         sync_id: u64,
-        max_dead: u64,
+        split: bool,
     ) -> u64 {
-        let chunk_size = self.chunks.get(id).size;
-        if chunk_size / 2 >= rounded || chunk_size - rounded >= max_dead {
+        if split {
             self.split(id, rounded);
         } else {
             self.bins.remove(id);
@@ -527,7 +1118,7 @@ impl State {
     /// Cuts free chunk `id` at `rounded`: `id` keeps the low end and leaves the bins; the
     /// rest becomes a new free chunk with the same stream and sync id, which takes over
     /// `id`'s bin entry.
-    #[inline]
+    #[inline(always)]
     fn split(&mut self, id: u32, rounded: u64) {
         let c = self.chunks.get(id);
         let rest = Chunk {
@@ -554,7 +1145,7 @@ impl State {
 
     /// Marks in-use chunk `id` (already out of the address table) free, merges it with free
     /// neighbours of the same stream and leaves the result in its bin.
-    #[inline]
+    #[inline(always)]
     fn release_chunk(&mut self, id: u32) {
         let c = self.chunks.get_mut(id);
         c.in_use = false;
@@ -616,49 +1207,28 @@ impl State {
         self.chunks.remove(b);
     }
 
-    /// Runs `op`; if it runs out of memory, releases wholly free regions (or pages) and, if
-    /// that freed any, runs it once more (DESIGN decision 7).
-    fn with_release_retry<T, R: RawAllocator>(
-        &mut self,
-        raw: &R,
-        vm: Option<&dyn VirtualMemory>,
-        config: &ArenaConfig,
-        mut op: impl FnMut(&mut State) -> Result<T>,
-    ) -> Result<T> {
-        match op(self) {
-            Err(e @ ArenaError::OutOfMemory { .. }) => {
-                if self.release_idle_regions(raw, vm).0 == 0 {
-                    return Err(e);
-                }
-                self.reset_growth(config);
-                op(self)
-            }
-            other => other,
-        }
-    }
-
-    /// Grows the arena by one region that can hold `rounded` bytes (ORT's `Extend`). Changes
-    /// nothing on failure.
-    fn try_extend<R: RawAllocator>(
-        &mut self,
-        raw: &R,
+    /// The region ORT's `Extend` asks for to hold `rounded` bytes, with `available` bytes (a
+    /// multiple of 256) left under `arena.max_mem` and `held` held by the whole arena, and the
+    /// growth size after it; an error when the budget is too small. Changes nothing.
+    pub(crate) fn plan_extend(
+        &self,
         config: &ArenaConfig,
         rounded: u64,
         requested: u64,
-    ) -> Result<()> {
-        let budget = config.max_mem.saturating_sub(self.stats.total_allocated);
-        let available = budget & !(MIN_ALLOCATION_SIZE - 1);
+        available: u64,
+        held: u64,
+    ) -> Result<(u64, u64)> {
         if rounded > available {
             return Err(ArenaError::oom(
                 requested,
                 format!(
                     "available memory of {available} bytes is smaller than the {rounded} bytes needed \
-                     (arena.max_mem {}, {} bytes held)",
-                    config.max_mem, self.stats.total_allocated
+                     (arena.max_mem {}, {held} bytes held)",
+                    config.max_mem
                 ),
             ));
         }
-        let (mut size, growth) = match config.extend_strategy {
+        Ok(match config.extend_strategy {
             ExtendStrategy::SameAsRequested => (rounded, self.growth),
             ExtendStrategy::NextPowerOfTwo => {
                 let mut cur = self.growth;
@@ -676,46 +1246,32 @@ impl State {
                 }
                 (size, cur)
             }
-        };
-        let base = loop {
-            match raw.alloc(size) {
-                Ok(base) => break base,
-                Err(ArenaError::OutOfMemory { reason, .. }) => {
-                    let smaller = ((size as f32) * BACKOFF_FACTOR) as u64;
-                    let smaller = round_up_256(smaller).unwrap_or(u64::MAX);
-                    if smaller < rounded || smaller < BACKOFF_MIN_BYTES {
-                        return Err(ArenaError::oom(
-                            requested,
-                            format!("the raw allocator refused a region for {rounded} bytes, even after backing off to {size}: {reason}"),
-                        ));
-                    }
-                    size = smaller;
-                }
-                Err(e) => return Err(e),
-            }
-        };
-        self.growth = growth;
-        self.add_region(base, size);
-        Ok(())
+        })
     }
 
-    fn add_region(&mut self, base: u64, size: u64) {
-        self.insert_region(base, size);
+    /// Adds the region the raw allocator gave for a [`State::plan_extend`], and takes its
+    /// growth size.
+    pub(crate) fn commit_extend(&mut self, base: u64, size: u64, growth: u64, id: u64) {
+        self.growth = growth;
+        self.add_region(base, size, id);
+    }
+
+    fn add_region(&mut self, base: u64, size: u64, id: u64) {
+        self.insert_region(base, size, id);
         self.stats.total_allocated += size;
         self.stats.num_arena_extensions += 1;
     }
 
-    /// A region `[base, base + size)` tiled by one free chunk; returns its slot. Counts
-    /// nothing: a raw region counts as held, a reserved range does not.
-    fn insert_region(&mut self, base: u64, size: u64) -> u32 {
+    /// A region `[base, base + size)` (id `id`) tiled by one free chunk; returns its slot.
+    /// Counts nothing: a raw region counts as held, a reserved range does not.
+    fn insert_region(&mut self, base: u64, size: u64, id: u64) -> u32 {
         let region = Region {
-            id: self.next_region_id,
+            id,
             base,
             size,
             first_chunk: NIL,
         };
         let slot = self.regions.insert(region);
-        self.next_region_id += 1;
         let chunk = Chunk {
             addr: base,
             size,
@@ -734,41 +1290,56 @@ impl State {
         slot
     }
 
-    /// Returns every region with no chunk in use to the raw allocator (in virtual-memory
-    /// mode: unmaps every wholly free page and gives back the ranges with nothing in use).
-    /// Returns how many were released (runs of pages unmapped) and the first error (its
-    /// region or pages are kept intact).
-    fn release_idle_regions<R: RawAllocator>(
-        &mut self,
-        raw: &R,
-        vm: Option<&dyn VirtualMemory>,
-    ) -> (usize, Option<ArenaError>) {
-        if let (true, Some(vm)) = (self.pages.is_some(), vm) {
-            return self.vm_release_all_free(vm);
-        }
-        let mut released = 0;
-        let mut first_err = None;
+    /// Takes every region with no chunk in use out of the sub-arena, for the caller to hand
+    /// back to the raw allocator with no lock held ([`State::restore_region`] if that fails).
+    pub(crate) fn detach_idle_regions(&mut self) -> Vec<Detached> {
+        let mut out = Vec::new();
         for slot in self.idle_regions() {
-            let r = self.regions.get(slot);
-            let (base, size, first) = (r.base, r.size, r.first_chunk);
-            if let Err(e) = raw.free(base, size) {
-                first_err.get_or_insert(e);
+            let Some(region) = self.regions.remove(slot) else {
                 continue;
-            }
-            let mut id = first;
+            };
+            let mut chunks = Vec::new();
+            let mut id = region.first_chunk;
             while id != NIL {
-                let next = self.chunks.get(id).next;
+                let c = *self.chunks.get(id);
                 self.bins.remove(id);
                 self.chunks.remove(id);
-                id = next;
+                chunks.push(c);
+                id = c.next;
             }
-            self.regions.remove(slot);
-            self.stats.total_allocated -= size;
+            self.stats.total_allocated -= region.size;
             self.stats.num_arena_extensions -= 1;
             self.stats.num_arena_shrinkages += 1;
-            released += 1;
+            out.push(Detached { region, chunks });
         }
-        (released, first_err)
+        out
+    }
+
+    /// Puts back a region the raw allocator would not take back, as it was.
+    pub(crate) fn restore_region(&mut self, d: Detached) {
+        let slot = self.regions.insert(Region {
+            first_chunk: NIL,
+            ..d.region
+        });
+        let mut prev = NIL;
+        for c in d.chunks {
+            let id = self.chunks.insert(Chunk {
+                prev,
+                next: NIL,
+                region: slot,
+                ..c
+            });
+            if prev == NIL {
+                self.regions.get_mut(slot).first_chunk = id;
+            } else {
+                self.chunks.get_mut(prev).next = id;
+            }
+            self.bins.insert(id, c.size, c.addr);
+            prev = id;
+        }
+        self.stats.total_allocated += d.region.size;
+        self.stats.num_arena_extensions += 1;
+        self.stats.num_arena_shrinkages -= 1;
     }
 
     /// Slots of regions with no chunk in use. Walks every chunk: only shrinking needs it.
@@ -791,28 +1362,9 @@ impl State {
     }
 
     /// After a shrink the next region is `initial_growth_chunk_size_bytes` again (ORT C).
-    fn reset_growth(&mut self, config: &ArenaConfig) {
+    pub(crate) fn reset_growth(&mut self, config: &ArenaConfig) {
         let g = config.initial_growth_chunk_size_bytes;
         self.growth = round_up_256(g).unwrap_or(g);
-    }
-
-    fn try_reserve<R: RawAllocator>(
-        &mut self,
-        raw: &R,
-        config: &ArenaConfig,
-        size: u64,
-    ) -> Result<u64> {
-        let budget = config.max_mem.saturating_sub(self.stats.total_allocated);
-        if size > budget {
-            return Err(ArenaError::oom(
-                size,
-                format!(
-                    "a reserve of {size} bytes exceeds the {budget} bytes left under arena.max_mem {}",
-                    config.max_mem
-                ),
-            ));
-        }
-        raw.alloc(size)
     }
 
     fn region_firsts(&self) -> Vec<u32> {
@@ -823,7 +1375,7 @@ impl State {
     /// Returns the stream's events if it was a host stream with events, for the caller to drop
     /// once the lock is released.
     #[must_use]
-    fn reset_stream(&mut self, stream: StreamId) -> Option<Arc<FreeEvents>> {
+    pub(crate) fn reset_stream(&mut self, stream: StreamId) -> Option<Arc<FreeEvents>> {
         let hosted = match self.hosted.binary_search_by_key(&stream, |e| e.0) {
             Ok(i) => Some(self.hosted.remove(i).1),
             Err(_) => None,
@@ -918,7 +1470,7 @@ impl State {
         }
     }
 
-    fn log(&self) -> MemoryLog {
+    pub(crate) fn log(&self) -> MemoryLog {
         let regions: Vec<RegionLog> = match &self.pages {
             Some(_) => self.vm_log_regions(),
             None => self.region_logs(),
@@ -991,11 +1543,7 @@ impl State {
         }
     }
 
-    fn check<R: RawAllocator>(
-        &self,
-        raw: &R,
-        vm: Option<&dyn VirtualMemory>,
-    ) -> std::result::Result<(), String> {
+    pub(crate) fn check(&self, vm: Option<&dyn VirtualMemory>) -> std::result::Result<(), String> {
         self.bins.check()?;
         let (mut in_use, mut requested, mut held, mut free_chunks, mut live_chunks) =
             (0, 0, 0, 0, 0);
@@ -1086,11 +1634,6 @@ impl State {
             ("TotalAllocated", s.total_allocated, held + reserved),
             ("ReservedBytes", s.reserved_bytes, reserved),
             ("NumArenaExtensions", s.num_arena_extensions, extents),
-            (
-                "raw bytes outstanding",
-                raw.raw_stats().raw_bytes_outstanding,
-                held + reserved,
-            ),
         ];
         for (what, got, want) in checks {
             if got != want {
@@ -1104,16 +1647,18 @@ impl State {
     }
 }
 
+/// ORT's rule: a chunk of `chunk_size` bytes handed out for `rounded` is split when at least
+/// half of it, or `max_dead` bytes, would be left over.
+#[inline]
+fn splits(chunk_size: u64, rounded: u64, max_dead: u64) -> bool {
+    chunk_size / 2 >= rounded || chunk_size - rounded >= max_dead
+}
+
 impl<R: RawAllocator> Drop for Arena<R> {
     fn drop(&mut self) {
-        // A stream being released on another thread may still hold the state for a moment
-        // (to reset its chunks); retiring under the lock leaves it nothing to touch.
-        let mut st = self.state.lock();
-        if !st.retired {
-            let hosted = st.retire(&self.raw, self.vm.as_deref());
-            drop(st);
-            drop(hosted);
-        }
+        // A stream being released on another thread may still hold the sub-arenas for a moment
+        // (to reset its chunks); retiring under their locks leaves it nothing to touch.
+        self.retire_all();
     }
 }
 
@@ -1128,33 +1673,68 @@ impl<R: RawAllocator> Allocator for Arena<R> {
         if addr == 0 {
             return Ok(());
         }
-        let mut st = self.state.lock();
-        if let Some(id) = st.live.remove(addr) {
-            st.mark_hosted_free(id);
-            st.release_chunk(id);
-            if let Some(vm) = &self.vm {
-                st.vm_after_free(&**vm);
+        // The common case: a chunk this thread's own sub-arena handed out.
+        if let Some(sub) = self.subs.get(self.me()) {
+            let mut st = sub.lock();
+            if let Some(id) = st.live.remove(addr) {
+                st.mark_hosted_free(id);
+                st.release_chunk(id);
+                if let Some(vm) = &self.vm {
+                    let before = st.held();
+                    st.vm_after_free(&**vm);
+                    self.subs.follow_budget(before, st.held());
+                }
+                return Ok(());
             }
-            return Ok(());
         }
-        self.free_other(&mut st, addr)
+        self.free_elsewhere(addr)
     }
 
     fn reserve(&self, size: u64) -> Result<Option<u64>> {
         if size == 0 {
             return Ok(None);
         }
-        let mut st = self.state.lock();
-        st.check_live()?;
-        let addr = st.with_release_retry(&self.raw, self.vm.as_deref(), &self.config, |st| {
-            st.try_reserve(&self.raw, &self.config, size)
-        })?;
-        st.reserves.insert(addr, size);
-        st.stats.add_in_use(size, size);
-        st.stats.num_reserves += 1;
-        st.stats.reserved_bytes += size;
-        st.stats.total_allocated += size;
-        Ok(Some(addr))
+        if let Some(vm) = &self.vm {
+            return self.reserve_vm(&**vm, size);
+        }
+        let me = self.me();
+        let sub = self.subs.get_or_make(me);
+        sub.lock().check_live()?;
+        let addr = match self.raw_reserve(size) {
+            Err(ArenaError::OutOfMemory { .. }) if self.subs.release_idle(&self.raw).0 > 0 => {
+                // Decision 7.
+                sub.lock().reset_growth(&self.config);
+                self.raw_reserve(size)?
+            }
+            other => other?,
+        };
+        let mut global = None;
+        loop {
+            let mut st = sub.lock();
+            if let Err(e) = st.check_live() {
+                drop(st);
+                let _ = self.raw.free(addr, size);
+                self.subs.return_budget(size);
+                return Err(e);
+            }
+            let frozen = match self.subs.admit(&mut global, me, &mut st, size) {
+                Admit::Fits(frozen) => frozen,
+                Admit::Retry => {
+                    drop(st);
+                    global = Some(self.subs.global());
+                    continue;
+                }
+            };
+            st.reserves.insert(addr, size);
+            st.stats.add_in_use(size, size);
+            st.stats.num_reserves += 1;
+            st.stats.reserved_bytes += size;
+            st.stats.total_allocated += size;
+            drop(frozen);
+            drop(global);
+            self.subs.directory.insert(addr, size, me as u32);
+            return Ok(Some(addr));
+        }
     }
 
     fn is_stream_aware(&self) -> bool {
@@ -1172,22 +1752,14 @@ impl<R: RawAllocator> Allocator for Arena<R> {
     }
 
     fn reset_chunks_using_stream(&self, stream: &Stream) -> Result<()> {
-        let hosted = {
-            let mut st = self.state.lock();
-            st.check_live()?;
-            st.reset_stream(stream.id())
-        };
+        self.check_live()?;
+        let hosted = self.subs.reset_stream(stream.id());
         drop(hosted);
         Ok(())
     }
 
     fn retire(&self) {
-        let mut st = self.state.lock();
-        if !st.retired {
-            let hosted = st.retire(&self.raw, self.vm.as_deref());
-            drop(st);
-            drop(hosted);
-        }
+        self.retire_all();
     }
 
     fn info(&self) -> MemoryInfo {
@@ -1195,7 +1767,7 @@ impl<R: RawAllocator> Allocator for Arena<R> {
     }
 
     fn stats(&self) -> AllocatorStats {
-        self.state.lock().stats
+        self.stats_of(&self.subs.freeze())
     }
 
     fn can_shrink(&self) -> bool {
@@ -1203,32 +1775,85 @@ impl<R: RawAllocator> Allocator for Arena<R> {
     }
 
     fn shrink(&self) -> Result<()> {
-        let mut st = self.state.lock();
-        st.check_live()?;
-        let (_, err) = st.release_idle_regions(&self.raw, self.vm.as_deref());
-        st.reset_growth(&self.config);
-        st.peak_chunk_bytes = st.stats.in_use - st.stats.reserved_bytes;
+        self.check_live()?;
+        if let Some(vm) = &self.vm {
+            let Some(sub) = self.subs.get(0) else {
+                return Ok(());
+            };
+            let mut st = sub.lock();
+            st.check_live()?;
+            let before = st.held();
+            let (_, err) = st.vm_release_all_free(&**vm);
+            self.subs.follow_budget(before, st.held());
+            st.reset_growth(&self.config);
+            st.peak_chunk_bytes = st.stats.in_use - st.stats.reserved_bytes;
+            return err.map_or(Ok(()), Err);
+        }
+        let (_, err) = self.subs.release_idle(&self.raw);
+        for t in self.subs.used().collect::<Vec<_>>() {
+            if let Some(sub) = self.subs.get(t) {
+                let mut st = sub.lock();
+                st.reset_growth(&self.config);
+                st.peak_chunk_bytes = st.stats.in_use - st.stats.reserved_bytes;
+            }
+        }
         err.map_or(Ok(()), Err)
     }
 
     fn memory_log(&self) -> MemoryLog {
-        self.state.lock().log()
+        // Logs and stats of one instant.
+        let (mut logs, stats) = {
+            let f = self.subs.freeze();
+            let logs: Vec<MemoryLog> = f.subs.iter().map(|(_, st)| st.log()).collect();
+            (logs, self.stats_of(&f))
+        };
+        if logs.len() == 1 {
+            let mut log = logs.remove(0);
+            log.stats = stats;
+            return log;
+        }
+        let mut log = MemoryLog {
+            stats,
+            ..MemoryLog::default()
+        };
+        for l in logs {
+            log.regions.extend(l.regions);
+            log.reserves.extend(l.reserves);
+            for b in l.bins {
+                match log.bins.iter_mut().find(|x| x.bin_size == b.bin_size) {
+                    Some(x) => {
+                        x.chunks += b.chunks;
+                        x.in_use_chunks += b.in_use_chunks;
+                        x.bytes += b.bytes;
+                        x.in_use_bytes += b.in_use_bytes;
+                        x.requested_bytes += b.requested_bytes;
+                    }
+                    None => log.bins.push(b),
+                }
+            }
+        }
+        log.regions.sort_by_key(|r| r.base);
+        log.reserves.sort_by_key(|r| r.addr);
+        log.bins.sort_by_key(|b| b.bin_size);
+        log
     }
 
     fn allocated_size(&self, addr: u64) -> Result<u64> {
-        let st = self.state.lock();
-        if let Some(&size) = st.reserves.get(&addr) {
-            return Ok(size);
-        }
-        st.live_chunk(addr).map(|c| c.size)
+        self.with_owner(addr, |st| {
+            if let Some(&size) = st.reserves.get(&addr) {
+                return Ok(size);
+            }
+            st.live_chunk(addr).map(|c| c.size)
+        })
     }
 
     fn requested_size(&self, addr: u64) -> Result<u64> {
-        let st = self.state.lock();
-        if let Some(&size) = st.reserves.get(&addr) {
-            return Ok(size);
-        }
-        st.live_chunk(addr).map(|c| c.requested_size)
+        self.with_owner(addr, |st| {
+            if let Some(&size) = st.reserves.get(&addr) {
+                return Ok(size);
+            }
+            st.live_chunk(addr).map(|c| c.requested_size)
+        })
     }
 
     fn write(&self, addr: u64, data: &[u8]) -> Result<()> {

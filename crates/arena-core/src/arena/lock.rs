@@ -1,27 +1,42 @@
-//! The arena's lock: one atomic exchange to take it, one plain store to give it back.
+//! The sub-arenas' lock: one atomic exchange to take it, a plain store to give it back, and
+//! waiters that park and are woken by the unlock, so a freed lock goes to a waiter at once.
 //!
-//! A general-purpose mutex (std's, parking_lot's) also needs an atomic read-modify-write to
-//! release, to learn whether anyone sleeps on it; at ~8 ns per atomic on the machines we
-//! measure, that is a quarter of an alloc+free pair. The arena's critical sections are tens
-//! of nanoseconds, except when the raw allocator is called (growth, shrink), so waiters spin
-//! briefly, then yield, then sleep in short steps: nobody sleeps on the lock, so releasing it
-//! needs to wake nobody.
+//! Why not a stock mutex: parking_lot's and std's also need an atomic read-modify-write to
+//! release (to learn whether anyone sleeps); measured through the C ABI on one thread
+//! (`scripts/gpu/bench/replay_mt.cpp` on `virtual`), that second atomic cost 3 ns of a 105 ns
+//! alloc-or-free, and the single-thread bar of issue 15 allows 5%. Why not the lock this one
+//! replaced, whose release was the same plain store: nobody could be woken, so its waiters slept
+//! in fixed 20 µs naps, and under contention a freed lock sat idle until a napper woke (sixteen
+//! threads on one arena fell to a fraction of one thread's throughput). Each thread now has a
+//! sub-arena of its own, so the lock is rarely contended at all; when it is (a free from
+//! another thread, a quota rebalance), waking is what keeps the others moving.
+//!
+//! A waiter counts itself in `parked`, then parks (parking_lot_core's queue for this lock's
+//! address) while the lock is still held; an unlock stores `false` and, if `parked` is not 0,
+//! wakes one. Without a fence between that store and that load, an unlock can read `parked`
+//! before a waiter's count reaches it while the waiter still sees the lock held: that waiter
+//! would miss its wake-up. It then wakes on its own after [`SAFETY_NET`] and tries again; this
+//! needs the two threads inside the same few nanoseconds, so it is the exception, not the way
+//! waiters get the lock.
 #![allow(unsafe_code)]
 
 use std::cell::UnsafeCell;
 use std::hint::spin_loop;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::{Duration, Instant};
 
-const SPINS: u32 = 64;
-const YIELDS: u32 = 64;
-const NAP: Duration = Duration::from_micros(20);
+/// Rounds of spinning before a waiter parks: the critical sections are tens of nanoseconds.
+const SPINS: u32 = 40;
+/// How long a parked waiter waits before it looks again by itself (see the module docs).
+const SAFETY_NET: Duration = Duration::from_millis(1);
 
 /// Mutual exclusion for `T`, as above.
 #[derive(Debug, Default)]
 pub struct ArenaLock<T> {
     locked: AtomicBool,
+    /// Waiters parked, or about to park, on this lock.
+    parked: AtomicU32,
     value: UnsafeCell<T>,
 }
 
@@ -41,6 +56,7 @@ impl<T> ArenaLock<T> {
     pub fn new(value: T) -> Self {
         ArenaLock {
             locked: AtomicBool::new(false),
+            parked: AtomicU32::new(0),
             value: UnsafeCell::new(value),
         }
     }
@@ -49,6 +65,11 @@ impl<T> ArenaLock<T> {
     #[inline]
     fn try_take(&self) -> bool {
         !self.locked.swap(true, Ordering::Acquire)
+    }
+
+    /// The key of this lock's queue of parked threads: its address, which it owns.
+    fn key(&self) -> usize {
+        std::ptr::from_ref(self).addr()
     }
 
     /// Waits for the lock and takes it.
@@ -62,22 +83,41 @@ impl<T> ArenaLock<T> {
 
     #[cold]
     fn lock_slow(&self) {
-        let mut round = 0u32;
-        loop {
+        for round in 0..SPINS {
             // Read before trying again, so waiters do not fight over the cache line.
             if !self.locked.load(Ordering::Relaxed) && self.try_take() {
                 return;
             }
-            round = round.saturating_add(1);
-            if round < SPINS {
-                for _ in 0..(1u32 << (round / 8).min(6)) {
-                    spin_loop();
-                }
-            } else if round < SPINS + YIELDS {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(NAP);
+            for _ in 0..(1u32 << (round / 8).min(5)) {
+                spin_loop();
             }
+        }
+        loop {
+            self.parked.fetch_add(1, Ordering::SeqCst);
+            // SAFETY: the key is this lock's own address, used by no other primitive; the
+            // callbacks neither panic nor call into parking_lot.
+            unsafe {
+                parking_lot_core::park(
+                    self.key(),
+                    || self.locked.load(Ordering::SeqCst),
+                    || {},
+                    |_, _| {},
+                    parking_lot_core::DEFAULT_PARK_TOKEN,
+                    Some(Instant::now() + SAFETY_NET),
+                );
+            }
+            self.parked.fetch_sub(1, Ordering::SeqCst);
+            if !self.locked.load(Ordering::Relaxed) && self.try_take() {
+                return;
+            }
+        }
+    }
+
+    #[cold]
+    fn wake_one(&self) {
+        // SAFETY: as in `lock_slow`; the callback neither panics nor calls into parking_lot.
+        unsafe {
+            parking_lot_core::unpark_one(self.key(), |_| parking_lot_core::DEFAULT_UNPARK_TOKEN);
         }
     }
 }
@@ -104,6 +144,9 @@ impl<T> Drop for ArenaGuard<'_, T> {
     #[inline]
     fn drop(&mut self) {
         self.lock.locked.store(false, Ordering::Release);
+        if self.lock.parked.load(Ordering::Relaxed) != 0 {
+            self.lock.wake_one();
+        }
     }
 }
 
@@ -144,5 +187,23 @@ mod tests {
         waiter.join().expect("waiter");
         lock.lock().push(3);
         assert_eq!(*lock.lock(), vec![2, 3]);
+    }
+
+    #[test]
+    fn a_waiter_parks_and_is_woken_by_the_unlock() {
+        let lock = Arc::new(ArenaLock::new(0u32));
+        let g = lock.lock();
+        let waiter = {
+            let lock = lock.clone();
+            std::thread::spawn(move || *lock.lock() += 1)
+        };
+        // The waiter spins, then counts itself as parked.
+        while lock.parked.load(Ordering::SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        drop(g);
+        waiter.join().expect("waiter");
+        assert_eq!(*lock.lock(), 1);
+        assert_eq!(lock.parked.load(Ordering::SeqCst), 0);
     }
 }

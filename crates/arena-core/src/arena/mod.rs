@@ -6,10 +6,15 @@ pub(crate) mod addr_map;
 mod bfc;
 pub mod bins;
 pub(crate) mod chunks;
+pub(crate) mod directory;
 pub mod free_list;
+pub(crate) mod in_use_quota;
 pub(crate) mod live_blocks;
 pub(crate) mod lock;
 pub(crate) mod pages;
 pub(crate) mod region;
+pub(crate) mod sub_arenas;
+pub(crate) mod thread_slot;
 
 pub use bfc::Arena;
+pub(crate) use bfc::State;

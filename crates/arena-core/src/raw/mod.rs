@@ -60,8 +60,9 @@ pub struct RawStats {
     pub total: Option<u64>,
 }
 
-/// A source of memory for one device. Implementations are thread-safe; the arena calls
-/// them under its own lock.
+/// A source of memory for one device. Implementations are thread-safe: the arena calls
+/// `alloc` (growth, reserves) and `free` (shrinking) from many threads, with no lock held; a
+/// reserve's free and the copies run under the owning sub-arena's lock.
 pub trait RawAllocator: Send + Sync + std::fmt::Debug {
     /// Allocates exactly `size` bytes (`size > 0`), aligned to at least 256 bytes.
     /// A refusal for lack of memory is [`ArenaError::OutOfMemory`]; the arena then backs off.

@@ -14,19 +14,72 @@
 //! driver then gave a new stream, is a new stream here. The old one is let go only once the
 //! device has finished all work queued so far (its work included, which may still run after
 //! its destroy), so the new stream never takes the old one's chunks early.
+//!
+//! Issue 15: each thread remembers the last few handles it looked up (weakly: a forgotten stream
+//! is still dropped at once), so a thread that allocates on its own stream takes no lock shared
+//! with other threads; an epoch, bumped whenever a handle is forgotten or replaced, tells it when
+//! what it remembers may be stale.
 
 use crate::error::{ArenaError, Result};
-use crate::stream::Stream;
+use crate::stream::{Stream, WeakStream};
 use crate::stream_events::StreamEvents;
 use parking_lot::RwLock;
+use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+/// Instance numbers, so a thread's remembered lookups name the set they came from.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Lookups a cache remembers, direct-mapped by set and handle.
+const RECENT: usize = 4;
+
+/// One remembered lookup: set `owner`'s `handle` named `stream`, made when the handle had
+/// `identity`, as of `epoch`.
+#[derive(Debug)]
+struct Recent {
+    owner: u64,
+    handle: u64,
+    epoch: u64,
+    identity: Option<u64>,
+    stream: WeakStream,
+}
+
+/// A thread's remembered lookups ([`ForeignStreams::get_or_make_cached`]). A caller that keeps
+/// other per-thread state keeps one of these with it, so one thread-local access serves both
+/// (in a shared library each costs a call); [`ForeignStreams::get_or_make`] uses a thread-local
+/// of its own.
+pub struct RecentStreams(RefCell<[Option<Recent>; RECENT]>);
+
+impl std::fmt::Debug for RecentStreams {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecentStreams").finish_non_exhaustive()
+    }
+}
+
+impl RecentStreams {
+    /// Remembers nothing yet.
+    pub const fn new() -> Self {
+        RecentStreams(RefCell::new([const { None }; RECENT]))
+    }
+}
+
+impl Default for RecentStreams {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+thread_local! {
+    static RECENT_LOOKUPS: RecentStreams = const { RecentStreams::new() };
+}
 
 /// How many foreign stream handles one allocator remembers at once.
 pub const MAX_FOREIGN_STREAMS: usize = 4096;
 
 /// The foreign streams of one allocator; see the module docs.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ForeignStreams {
     /// Handle value → its stream and the identity the handle had when it was made. A
     /// `BTreeMap` rather than a hash map: it is process-wide state in the C library, and tools
@@ -35,6 +88,16 @@ pub struct ForeignStreams {
     map: RwLock<BTreeMap<u64, (Stream, Option<u64>)>>,
     /// The backend's events, given to every stream made here.
     events: Option<Arc<dyn StreamEvents>>,
+    /// This set's number (see [`Recent`]).
+    id: u64,
+    /// Bumped, under the map's write lock, whenever a handle is forgotten or replaced.
+    epoch: AtomicU64,
+}
+
+impl Default for ForeignStreams {
+    fn default() -> Self {
+        Self::with_events(None)
+    }
 }
 
 impl ForeignStreams {
@@ -49,6 +112,8 @@ impl ForeignStreams {
         ForeignStreams {
             map: RwLock::default(),
             events,
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            epoch: AtomicU64::new(0),
         }
     }
 
@@ -66,19 +131,46 @@ impl ForeignStreams {
     /// operation then fails takes it back with [`ForeignStreams::forget_made`], so a failed
     /// call uses up none of the bound.
     pub fn get_or_make(&self, handle: u64) -> Result<(Stream, bool)> {
+        match RECENT_LOOKUPS.try_with(|r| self.get_or_make_cached(handle, r)) {
+            Ok(r) => r,
+            // This thread's locals are being destroyed: no cache.
+            Err(_) => self.get_or_make_cached(handle, &RecentStreams::new()),
+        }
+    }
+
+    /// As [`ForeignStreams::get_or_make`], remembering lookups in `recent`, the calling
+    /// thread's own.
+    pub fn get_or_make_cached(
+        &self,
+        handle: u64,
+        recent: &RecentStreams,
+    ) -> Result<(Stream, bool)> {
         // The driver is asked outside the lock.
         let identity = self.events.as_ref().and_then(|e| e.stream_identity(handle));
         let same = |known: Option<u64>| identity.is_none() || known.is_none() || known == identity;
-        if let Some((s, known)) = self.map.read().get(&handle) {
-            if same(*known) {
-                return Ok((s.clone(), false));
+        if let Some(s) = self.recent(handle, recent, same) {
+            return Ok((s, false));
+        }
+        {
+            let map = self.map.read();
+            if let Some((s, known)) = map.get(&handle) {
+                if same(*known) {
+                    self.remember(handle, *known, s, recent);
+                    return Ok((s.clone(), false));
+                }
             }
         }
         let replaced = {
             let mut map = self.map.write();
             let replaced = match map.get(&handle) {
-                Some((s, known)) if same(*known) => return Ok((s.clone(), false)),
-                Some(_) => map.remove(&handle).map(|(s, _)| s),
+                Some((s, known)) if same(*known) => {
+                    self.remember(handle, *known, s, recent);
+                    return Ok((s.clone(), false));
+                }
+                Some(_) => {
+                    self.epoch.fetch_add(1, Ordering::AcqRel);
+                    map.remove(&handle).map(|(s, _)| s)
+                }
                 None => None,
             };
             if replaced.is_none() && map.len() >= MAX_FOREIGN_STREAMS {
@@ -91,6 +183,7 @@ impl ForeignStreams {
             }
             let s = Stream::host_owned(handle, self.events.clone());
             map.insert(handle, (s.clone(), identity));
+            self.remember(handle, identity, &s, recent);
             (replaced, s)
         };
         let (replaced, s) = replaced;
@@ -98,6 +191,52 @@ impl ForeignStreams {
             self.let_go_of_reused(old);
         }
         Ok((s, true))
+    }
+
+    /// Where this thread remembers `handle` of this set.
+    #[inline]
+    fn slot(&self, handle: u64) -> usize {
+        ((handle ^ (handle >> 12) ^ self.id) as usize) % RECENT
+    }
+
+    /// The stream this thread last found for `handle` here, if nothing was forgotten since and
+    /// `same` accepts the identity it was made with.
+    #[inline]
+    fn recent(
+        &self,
+        handle: u64,
+        recent: &RecentStreams,
+        same: impl Fn(Option<u64>) -> bool,
+    ) -> Option<Stream> {
+        let epoch = self.epoch.load(Ordering::Acquire);
+        let r = recent.0.try_borrow().ok()?;
+        let e = r[self.slot(handle)].as_ref()?;
+        if e.owner == self.id && e.handle == handle && e.epoch == epoch && same(e.identity) {
+            e.stream.upgrade()
+        } else {
+            None
+        }
+    }
+
+    /// Remembers, for this thread, that `handle` names `stream` (made with `identity`); called
+    /// with the map locked, so the epoch read is the one the map is at.
+    fn remember(
+        &self,
+        handle: u64,
+        identity: Option<u64>,
+        stream: &Stream,
+        recent: &RecentStreams,
+    ) {
+        let entry = Recent {
+            owner: self.id,
+            handle,
+            epoch: self.epoch.load(Ordering::Acquire),
+            identity,
+            stream: stream.downgrade(),
+        };
+        if let Ok(mut r) = recent.0.try_borrow_mut() {
+            r[self.slot(handle)] = Some(entry);
+        }
     }
 
     /// The handle of `old` now names another stream: the host destroyed it without a reset.
@@ -120,7 +259,9 @@ impl ForeignStreams {
     /// Forgets `handle`; returns the stream it named, if any. Once the caller drops it (and
     /// any clone in flight is dropped), its chunks are reset in every allocator that used it.
     pub fn forget(&self, handle: u64) -> Option<Stream> {
-        self.map.write().remove(&handle).map(|(s, _)| s)
+        let mut map = self.map.write();
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        map.remove(&handle).map(|(s, _)| s)
     }
 
     /// Forgets `handle` only while it still names `made` (a stream [`get_or_make`] made for a
@@ -130,7 +271,10 @@ impl ForeignStreams {
     pub fn forget_made(&self, handle: u64, made: &Stream) -> Option<Stream> {
         let mut map = self.map.write();
         match map.get(&handle) {
-            Some((s, _)) if s.id() == made.id() => map.remove(&handle).map(|(s, _)| s),
+            Some((s, _)) if s.id() == made.id() => {
+                self.epoch.fetch_add(1, Ordering::AcqRel);
+                map.remove(&handle).map(|(s, _)| s)
+            }
             _ => None,
         }
     }
@@ -147,7 +291,11 @@ impl ForeignStreams {
 
     /// Forgets every handle.
     pub fn clear(&self) {
-        let streams = std::mem::take(&mut *self.map.write());
+        let streams = {
+            let mut map = self.map.write();
+            self.epoch.fetch_add(1, Ordering::AcqRel);
+            std::mem::take(&mut *map)
+        };
         // Dropped outside the lock: a stream's release calls into allocators.
         drop(streams);
     }
@@ -156,6 +304,74 @@ impl ForeignStreams {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::stream::{StreamId, StreamUser};
+    use std::sync::atomic::AtomicUsize;
+
+    #[derive(Default)]
+    struct Released(AtomicUsize);
+    impl StreamUser for Released {
+        fn stream_released(&self, _: StreamId) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_stream_this_thread_remembers_is_released_when_the_host_forgets_it() {
+        let f = ForeignStreams::new();
+        let user = Arc::new(Released::default());
+        let s = f.get(7).expect("made");
+        s.clock().register_user(&user);
+        let again = f.get(7).expect("remembered");
+        assert_eq!(again.id(), s.id());
+        drop((s, again));
+        drop(f.forget(7));
+        assert_eq!(user.0.load(Ordering::SeqCst), 1, "released at once");
+        assert_ne!(f.get(7).expect("a new stream").id(), 0);
+    }
+
+    #[test]
+    fn a_remembered_lookup_of_a_replaced_handle_is_not_used() {
+        let f = ForeignStreams::new();
+        // Kept alive here, so only the epoch can tell this thread its lookup is stale.
+        let first = f.get(9).expect("made");
+        // Another thread forgets the handle and a new stream takes it.
+        std::thread::scope(|t| {
+            t.spawn(|| {
+                f.forget(9);
+                f.get(9).expect("made again")
+            });
+        });
+        let now = f.get(9).expect("the current stream");
+        assert_ne!(
+            now.id(),
+            first.id(),
+            "this thread's remembered lookup was stale"
+        );
+    }
+
+    #[test]
+    fn threads_remember_their_own_lookups() {
+        let f = ForeignStreams::new();
+        let ids: Vec<(u64, u64)> = std::thread::scope(|t| {
+            let hs: Vec<_> = (1..=4u64)
+                .map(|h| {
+                    let f = &f;
+                    t.spawn(move || {
+                        let a = f.get(h).expect("made").id();
+                        let b = f.get(h).expect("remembered").id();
+                        (a, b)
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().expect("thread")).collect()
+        });
+        for (a, b) in &ids {
+            assert_eq!(a, b);
+        }
+        let mut distinct: Vec<u64> = ids.iter().map(|p| p.0).collect();
+        distinct.dedup();
+        assert_eq!(distinct.len(), 4, "four handles, four streams");
+    }
 
     #[test]
     fn one_handle_is_one_stream_until_forgotten() {

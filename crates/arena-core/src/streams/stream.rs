@@ -56,6 +56,9 @@ struct StreamInner {
     /// For a host-owned stream on a backend with events: what its frees are waiting for.
     free_events: Option<Arc<FreeEvents>>,
     clock: Mutex<Clock>,
+    /// The clock's sync id, readable without its lock (issue 15: an allocation on the stream
+    /// reads it on every call). Written under the lock.
+    sync_id: AtomicU64,
 }
 
 impl std::fmt::Debug for StreamInner {
@@ -99,10 +102,6 @@ impl Clock {
             Ok(i) => self.waited[i].sync_id,
             Err(_) => 0,
         }
-    }
-
-    pub(crate) fn sync_id(&self) -> u64 {
-        self.sync_id
     }
 
     fn note(&mut self, known: &Known) {
@@ -234,6 +233,7 @@ impl Stream {
                 host_owned,
                 free_events,
                 clock: Mutex::new(Clock::default()),
+                sync_id: AtomicU64::new(0),
             }),
         }
     }
@@ -260,13 +260,14 @@ impl Stream {
 
     /// The current sync id: the number of events recorded so far.
     pub fn sync_id(&self) -> u64 {
-        self.inner.clock.lock().sync_id
+        self.inner.sync_id.load(Ordering::Acquire)
     }
 
     /// Records an event: bumps the sync id and returns an event carrying it.
     pub fn record(&self) -> StreamEvent {
         let mut clock = self.inner.clock.lock();
         clock.sync_id += 1;
+        self.inner.sync_id.store(clock.sync_id, Ordering::Release);
         let mut sync_ids = clock.waited.clone();
         sync_ids.push(Known {
             stream: self.inner.id,
@@ -319,6 +320,22 @@ impl Stream {
 
     pub(crate) fn clock(&self) -> MutexGuard<'_, Clock> {
         self.inner.clock.lock()
+    }
+
+    /// A reference that does not keep the stream alive (a cache's, issue 15).
+    pub(crate) fn downgrade(&self) -> WeakStream {
+        WeakStream(Arc::downgrade(&self.inner))
+    }
+}
+
+/// A stream that may be gone; see [`Stream::downgrade`].
+#[derive(Debug, Clone)]
+pub(crate) struct WeakStream(Weak<StreamInner>);
+
+impl WeakStream {
+    /// The stream, if it is still alive.
+    pub(crate) fn upgrade(&self) -> Option<Stream> {
+        self.0.upgrade().map(|inner| Stream { inner })
     }
 }
 

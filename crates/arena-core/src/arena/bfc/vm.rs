@@ -319,7 +319,9 @@ impl State {
             },
             Err(e) => return Err(oom_for(size, "reserving address space", e)),
         };
-        let slot = self.insert_region(base, len);
+        let region_id = self.next_vm_region_id;
+        self.next_vm_region_id += 1;
+        let slot = self.insert_region(base, len, region_id);
         let id = self.regions.get(slot).first_chunk;
         self.bins.remove(id);
         self.chunks.get_mut(id).stream = UNMAPPED;

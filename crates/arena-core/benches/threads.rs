@@ -1,0 +1,263 @@
+//! `cargo bench -p cuda-arena-core --bench threads`: thread scaling on `virtual`, the Rust
+//! twin of the GPU harness's `replay_mt` (`scripts/gpu/bench/replay_mt.cpp`).
+//!
+//! N threads share one arena; each replays its own copy of a trace on its own stream (its own
+//! id → address table), so the ops are the same at every N and only the sharing differs. One
+//! fresh arena per (trace, N). Pass 0 starts from the empty arena (growth included); then timed
+//! passes, each started for all threads at once and ended when the last thread is done, until
+//! `BUDGET_S` seconds are spent (at least one). Aggregate Mops/s = N × ops ÷ pass wall time,
+//! median over the timed passes; `held/req` = the arena's `TotalAllocated` at the end (it never
+//! shrinks here, so that is its peak) ÷ (N × the trace's peak live requested bytes).
+//!
+//! Traces (the GPU matrix's two): `small` (8 B – 64 KiB, at most 4,000 live) and `mixed` with
+//! every size divided by 16 (16 B – 4 MiB, at most 2,000 live), `OPS` ops each (default
+//! 131,072, as `run_mt_device.sh`).
+//!
+//! Environment: `THREADS` (default "1 2 4 8"), `TRACES` ("small mixed"), `OPS`, `BUDGET_S`
+//! (default 2), `STREAMS` ("1": each thread on its own stream; "0": plain `alloc`, no stream).
+//! `BENCH_JSON=path` appends one JSON object per row.
+
+use cuda_arena_core::trace::{named_trace, TraceOp};
+use cuda_arena_core::{Allocator, Arena, ArenaConfig, Stream, VirtualAllocator};
+use std::io::Write;
+use std::sync::{Arc, Barrier};
+use std::time::Instant;
+
+/// One thread's copy of a trace: `(is_alloc, slot, size)` with slots numbered densely.
+type Ops = Vec<(bool, u32, u64)>;
+
+fn env_or(key: &str, default: &str) -> String {
+    std::env::var(key).unwrap_or_else(|_| default.to_string())
+}
+
+/// The trace `kind` as dense slots, sizes divided by `div` (rounded up); and its peak live
+/// requested bytes.
+fn load(kind: &str, ops: usize, div: u64) -> (Ops, usize, u64) {
+    let trace = named_trace(kind, ops, 0x5eed).expect("known trace kind");
+    let mut slot_of = std::collections::HashMap::new();
+    let mut size_of: Vec<u64> = Vec::new();
+    let (mut live, mut peak) = (0u64, 0u64);
+    let mut out = Vec::with_capacity(trace.len());
+    for op in trace {
+        match op {
+            TraceOp::Alloc { id, size, .. } | TraceOp::Reserve { id, size } => {
+                let s = size.div_ceil(div).max(1);
+                let slot = size_of.len() as u32;
+                slot_of.insert(id, slot);
+                size_of.push(s);
+                live += s;
+                peak = peak.max(live);
+                out.push((true, slot, s));
+            }
+            TraceOp::Free { id } => {
+                if let Some(slot) = slot_of.remove(&id) {
+                    live -= size_of[slot as usize];
+                    out.push((false, slot, 0));
+                }
+            }
+        }
+    }
+    (out, size_of.len(), peak)
+}
+
+/// Replays `ops` once; frees what the trace leaves live (the prefix may end mid-way).
+fn replay_once(
+    arena: &Arena<VirtualAllocator>,
+    ops: &Ops,
+    slots: &mut [u64],
+    stream: Option<&Stream>,
+) {
+    for &(is_alloc, slot, size) in ops {
+        let s = &mut slots[slot as usize];
+        if is_alloc {
+            let r = match stream {
+                Some(st) => arena.alloc_on_stream(size, st),
+                None => arena.alloc(size),
+            };
+            *s = r.ok().flatten().unwrap_or(0);
+        } else if *s != 0 {
+            arena.free(*s).expect("live");
+            *s = 0;
+        }
+    }
+}
+
+struct Row {
+    trace: String,
+    threads: usize,
+    agg_mops: f64,
+    ns_per_op_thread: f64,
+    first_pass_mops: f64,
+    passes: usize,
+    held_over_req: f64,
+    max_in_use_over_req: f64,
+    extensions: u64,
+    rebalances: u64,
+}
+
+/// One trace prepared for every thread count.
+struct Case {
+    kind: String,
+    div: u64,
+    ops: Arc<Ops>,
+    n_slots: usize,
+    peak: u64,
+    budget_s: f64,
+    streams: bool,
+}
+
+fn run(case: &Case, threads: usize) -> Row {
+    let arena =
+        Arc::new(Arena::new(VirtualAllocator::default(), ArenaConfig::default()).expect("arena"));
+    let start = Arc::new(Barrier::new(threads + 1));
+    let done = Arc::new(Barrier::new(threads + 1));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let Case {
+        ref kind,
+        div,
+        ref ops,
+        n_slots,
+        peak,
+        budget_s,
+        streams,
+    } = *case;
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let (arena, ops, start, done, stop) = (
+                arena.clone(),
+                ops.clone(),
+                start.clone(),
+                done.clone(),
+                stop.clone(),
+            );
+            std::thread::spawn(move || {
+                // First touch by the owning thread, as replay_mt does.
+                let ops: Ops = (*ops).clone();
+                let mut slots = vec![0u64; n_slots];
+                let stream = streams.then(Stream::new);
+                loop {
+                    start.wait();
+                    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        return;
+                    }
+                    replay_once(&arena, &ops, &mut slots, stream.as_ref());
+                    for s in slots.iter_mut().filter(|s| **s != 0) {
+                        arena.free(*s).expect("live");
+                        *s = 0;
+                    }
+                    done.wait();
+                }
+            })
+        })
+        .collect();
+    let pass = || {
+        let t0 = Instant::now();
+        start.wait();
+        done.wait();
+        t0.elapsed().as_secs_f64()
+    };
+    let began = Instant::now();
+    let first = pass();
+    let mut walls = Vec::new();
+    loop {
+        walls.push(pass());
+        if began.elapsed().as_secs_f64() + walls[walls.len() - 1] > budget_s || walls.len() >= 50 {
+            break;
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    start.wait();
+    for h in handles {
+        h.join().expect("bench thread");
+    }
+    let stats = arena.stats();
+    walls.sort_by(f64::total_cmp);
+    let wall = walls[walls.len() / 2];
+    let total_ops = (threads * ops.len()) as f64;
+    let req = (threads as u64 * peak) as f64;
+    Row {
+        trace: if div > 1 {
+            format!("{kind}/{div}")
+        } else {
+            kind.to_string()
+        },
+        threads,
+        agg_mops: total_ops / wall / 1e6,
+        ns_per_op_thread: wall * 1e9 / ops.len() as f64,
+        first_pass_mops: total_ops / first / 1e6,
+        passes: walls.len(),
+        held_over_req: stats.total_allocated as f64 / req,
+        max_in_use_over_req: stats.max_in_use as f64 / req,
+        extensions: stats.num_arena_extensions,
+        rebalances: arena.quota_rebalances(),
+    }
+}
+
+fn main() {
+    let threads: Vec<usize> = env_or("THREADS", "1 2 4 8")
+        .split_whitespace()
+        .filter_map(|t| t.parse().ok())
+        .collect();
+    let traces = env_or("TRACES", "small mixed");
+    let ops: usize = env_or("OPS", "131072").parse().expect("OPS is a number");
+    let budget_s: f64 = env_or("BUDGET_S", "2")
+        .parse()
+        .expect("BUDGET_S is a number");
+    let streams = env_or("STREAMS", "1") != "0";
+    let json = std::env::var("BENCH_JSON").ok();
+    println!(
+        "thread scaling on virtual, {} ({ops} ops per thread)",
+        if streams {
+            "each thread on its own stream"
+        } else {
+            "no streams"
+        }
+    );
+    println!("| trace | threads | agg Mops/s | vs 1 thread | ns/op/thread | pass 0 Mops/s | passes | held/req | MaxInUse/req | regions | quota rebalances |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for kind in traces.split_whitespace() {
+        let div = if kind == "mixed" { 16 } else { 1 };
+        let (trace, n_slots, peak) = load(kind, ops, div);
+        let case = Case {
+            kind: kind.to_string(),
+            div,
+            ops: Arc::new(trace),
+            n_slots,
+            peak,
+            budget_s,
+            streams,
+        };
+        let mut base = None;
+        for &n in &threads {
+            let r = run(&case, n);
+            let one = *base.get_or_insert(r.agg_mops);
+            println!(
+                "| {} | {} | {:.3} | {:.2}x | {:.1} | {:.3} | {} | {:.3} | {:.3} | {} | {} |",
+                r.trace,
+                r.threads,
+                r.agg_mops,
+                r.agg_mops / one,
+                r.ns_per_op_thread,
+                r.first_pass_mops,
+                r.passes,
+                r.held_over_req,
+                r.max_in_use_over_req,
+                r.extensions,
+                r.rebalances
+            );
+            if let Some(path) = &json {
+                let mut f = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .expect("BENCH_JSON");
+                writeln!(
+                    f,
+                    "{{\"trace\":\"{}\",\"threads\":{},\"streams\":{streams},\"agg_mops\":{:.4},\"ns_per_op_thread\":{:.2},\"first_pass_mops\":{:.4},\"passes\":{},\"held_over_req\":{:.4},\"max_in_use_over_req\":{:.4},\"regions\":{}}}",
+                    r.trace, r.threads, r.agg_mops, r.ns_per_op_thread, r.first_pass_mops, r.passes, r.held_over_req, r.max_in_use_over_req, r.extensions
+                )
+                .expect("write");
+            }
+        }
+    }
+}

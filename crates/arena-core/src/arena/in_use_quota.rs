@@ -1,0 +1,457 @@
+//! `MaxInUse` exact across sub-arenas, with no shared counter on the common path.
+//!
+//! Each sub-arena counts its own `InUse` under its own lock; the arena's `InUse` is their sum.
+//! Its high-water mark cannot be read off per-sub-arena peaks (the sum of peaks is not the peak
+//! of the sum), and one shared atomic `InUse` would be a cache line every allocation and free of
+//! every thread writes: on a many-core host that line, not the arena, bounds throughput.
+//!
+//! So the mark is kept by escrow. The global ledger (under the arena's global lock) holds
+//! `MaxInUse` and gives each sub-arena a *quota*; two invariants hold whenever no rebalance is in
+//! progress:
+//!
+//! 1. a sub-arena's `InUse` never exceeds its quota (so one whose quota is 0 has `InUse` 0), and
+//! 2. the quotas add up to at most `MaxInUse`.
+//!
+//! Hence the arena's `InUse` can never pass `MaxInUse` unseen. An allocation whose charge fits
+//! its sub-arena's quota only compares two numbers under the lock it holds anyway. One that does
+//! not fit *rebalances*: holding the global lock, it locks every other sub-arena with a quota (the
+//! others are at 0 and cannot move without the global lock), so all of them are frozen at one
+//! instant; the sum is then exact, `MaxInUse` becomes the larger of itself and that sum plus the
+//! charge, the charge is applied before anything is unlocked (so that value was really reached),
+//! and the slack `MaxInUse − sum` is handed out again as quotas, to each sub-arena as much as it
+//! has needed before (its own peak above its current use), any rest to the one that asked.
+//! Frees only lower a sub-arena's use and touch no quota.
+//!
+//! Lock order: the global lock before any sub-arena lock. A thread holding a sub-arena lock
+//! never waits for the global lock (it tries once; on failure it lets go of its sub-arena, takes
+//! the global lock, and starts over), and only the global lock's holder waits for a second
+//! sub-arena lock, so no cycle can form. The `shuttle_checks` below check both properties (the
+//! mark equals the true peak of the sum, nothing deadlocks) under a randomized scheduler.
+//!
+//! When the threads rise and fall together, as in a server replaying the same work on every
+//! thread, each sub-arena's quota covers its own peak and rebalances stop after warm-up; when
+//! they are out of phase, rebalances happen when one thread's use outgrows its share of the
+//! slack. One thread alone holds all the slack and rebalances only on a new maximum.
+
+use std::ops::DerefMut;
+
+/// What the escrow needs of a sub-arena's state (read and written under its lock).
+pub(crate) trait Metered {
+    /// Bytes this sub-arena has handed out (its part of `InUse`).
+    fn in_use(&self) -> u64;
+    /// The most this sub-arena has had in use at once (a guide to how much quota it needs).
+    fn peak(&self) -> u64;
+    /// The quota; `in_use() <= quota()` between rebalances.
+    fn quota(&self) -> u64;
+    /// Sets the quota (only while the ledger is held).
+    fn set_quota(&mut self, quota: u64);
+}
+
+/// The global half: `MaxInUse` and a copy of every sub-arena's quota (so a rebalance knows
+/// which sub-arenas to freeze without locking the rest). Lives under the arena's global lock.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Ledger {
+    /// The arena's `MaxInUse`.
+    pub(crate) max_in_use: u64,
+    /// Quota by sub-arena index; each equals that sub-arena's own `quota()`.
+    pub(crate) quotas: Vec<u64>,
+    /// Rebalances so far (for benchmarks and tests).
+    pub(crate) rebalances: u64,
+}
+
+impl Ledger {
+    /// A ledger for `subs` sub-arenas, all at quota 0.
+    pub(crate) fn new(subs: usize) -> Self {
+        Ledger {
+            max_in_use: 0,
+            quotas: vec![0; subs],
+            rebalances: 0,
+        }
+    }
+
+    /// Forgets every quota and the mark (the arena was emptied for good).
+    pub(crate) fn clear(&mut self) {
+        self.max_in_use = 0;
+        self.quotas.iter_mut().for_each(|q| *q = 0);
+    }
+}
+
+/// What holds the ledger under the global lock.
+pub(crate) trait HasLedger {
+    /// The ledger.
+    fn ledger(&mut self) -> &mut Ledger;
+}
+
+impl HasLedger for Ledger {
+    fn ledger(&mut self) -> &mut Ledger {
+        self
+    }
+}
+
+/// What the caller of [`admit`] does next.
+pub(crate) enum Admit<F> {
+    /// The charge fits: apply it, then drop these (the other sub-arenas a rebalance froze, and
+    /// the global lock if held).
+    Fits(F),
+    /// The global lock is busy: let go of the sub-arena, wait for the global lock (blocking,
+    /// holding nothing else), keep it in the caller's `global` and start over.
+    Retry,
+}
+
+/// The allocation path's step, under sub-arena `me`'s lock (`mine`): `charge` more bytes fit
+/// its quota, or a rebalance makes them fit. The global lock is `global` if the caller already
+/// holds it, else taken with `try_global` (never blocking: the caller holds a sub-arena lock);
+/// when held it stays in `global` until the caller drops it, after applying the charge. Out of
+/// line: the common path tests [`admits`] itself.
+#[cold]
+#[inline(never)]
+pub(crate) fn admit<M, G, L>(
+    global: &mut Option<L>,
+    try_global: impl FnOnce() -> Option<L>,
+    me: usize,
+    mine: &mut M,
+    charge: u64,
+    lock: impl FnMut(usize) -> Option<G>,
+) -> Admit<Vec<(usize, G)>>
+where
+    M: Metered,
+    G: DerefMut<Target = M>,
+    L: DerefMut,
+    L::Target: HasLedger,
+{
+    if admits(mine, charge) {
+        return Admit::Fits(Vec::new());
+    }
+    let Some(mut g) = global.take().or_else(try_global) else {
+        return Admit::Retry;
+    };
+    let frozen = rebalance(g.ledger(), me, mine, charge, lock);
+    *global = Some(g);
+    Admit::Fits(frozen)
+}
+
+/// Whether `charge` more bytes fit `sub`'s quota: the common path, under `sub`'s lock.
+#[inline]
+pub(crate) fn admits<M: Metered>(sub: &M, charge: u64) -> bool {
+    sub.in_use()
+        .checked_add(charge)
+        .is_some_and(|v| v <= sub.quota())
+}
+
+/// Makes room for `charge` more bytes in sub-arena `me` (whose state `mine` the caller holds
+/// locked, as it holds `ledger`'s lock): freezes every other sub-arena with a quota through
+/// `lock` (`None`: a sub-arena that does not exist, hence holds nothing), raises `MaxInUse` to the exact sum if the charge passes it, and hands the slack out
+/// again. Returns the other sub-arenas' guards: the caller applies the charge to `mine` before
+/// dropping them, so the sum `MaxInUse` was raised to is one the arena really reaches.
+pub(crate) fn rebalance<M, G>(
+    ledger: &mut Ledger,
+    me: usize,
+    mine: &mut M,
+    charge: u64,
+    mut lock: impl FnMut(usize) -> Option<G>,
+) -> Vec<(usize, G)>
+where
+    M: Metered,
+    G: DerefMut<Target = M>,
+{
+    ledger.rebalances += 1;
+    let others: Vec<(usize, G)> = (0..ledger.quotas.len())
+        .filter(|&t| t != me && ledger.quotas[t] > 0)
+        .filter_map(|t| lock(t).map(|g| (t, g)))
+        .collect();
+    let my_use = mine.in_use().saturating_add(charge);
+    let sum = others
+        .iter()
+        .fold(my_use, |s, (_, g)| s.saturating_add(g.in_use()));
+    ledger.max_in_use = ledger.max_in_use.max(sum);
+    let slack = ledger.max_in_use - sum;
+    // What each would take to reach its own peak again; the asker counts its charge as used.
+    let my_want = mine.peak().saturating_sub(my_use);
+    let wants: Vec<u64> = others
+        .iter()
+        .map(|(_, g)| g.peak().saturating_sub(g.in_use()))
+        .collect();
+    let total_want = wants
+        .iter()
+        .fold(u128::from(my_want), |s, &w| s + u128::from(w));
+    let share = |want: u64| -> u64 {
+        if total_want <= u128::from(slack) {
+            want
+        } else {
+            // want / total_want of the slack; below `slack`, so it fits.
+            (u128::from(slack) * u128::from(want) / total_want) as u64
+        }
+    };
+    let mut given = 0u64;
+    let mut others = others;
+    for ((t, g), &want) in others.iter_mut().zip(&wants) {
+        let s = share(want);
+        given += s;
+        let q = g.in_use() + s;
+        g.set_quota(q);
+        ledger.quotas[*t] = q;
+    }
+    // The asker gets its share and whatever is left.
+    let q = my_use + (slack - given);
+    mine.set_quota(q);
+    ledger.quotas[me] = q;
+    others
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use parking_lot::Mutex;
+
+    #[derive(Debug, Default)]
+    struct Toy {
+        in_use: u64,
+        peak: u64,
+        quota: u64,
+    }
+
+    impl Metered for Toy {
+        fn in_use(&self) -> u64 {
+            self.in_use
+        }
+        fn peak(&self) -> u64 {
+            self.peak
+        }
+        fn quota(&self) -> u64 {
+            self.quota
+        }
+        fn set_quota(&mut self, quota: u64) {
+            self.quota = quota;
+        }
+    }
+
+    fn charge(subs: &[Mutex<Toy>], ledger: &mut Ledger, me: usize, bytes: u64) {
+        let mut mine = subs[me].lock();
+        let _frozen = if admits(&*mine, bytes) {
+            Vec::new()
+        } else {
+            rebalance(ledger, me, &mut *mine, bytes, |t| Some(subs[t].lock()))
+        };
+        mine.in_use += bytes;
+        mine.peak = mine.peak.max(mine.in_use);
+    }
+
+    #[test]
+    fn a_new_maximum_is_recorded_exactly() {
+        let subs: Vec<Mutex<Toy>> = (0..3).map(|_| Mutex::new(Toy::default())).collect();
+        let mut ledger = Ledger::new(3);
+        charge(&subs, &mut ledger, 0, 100);
+        charge(&subs, &mut ledger, 1, 50);
+        assert_eq!(ledger.max_in_use, 150);
+        subs[0].lock().in_use -= 100;
+        charge(&subs, &mut ledger, 1, 60);
+        assert_eq!(ledger.max_in_use, 150, "110 in use is no new maximum");
+        charge(&subs, &mut ledger, 2, 41);
+        assert_eq!(ledger.max_in_use, 151);
+    }
+
+    #[test]
+    fn quotas_never_add_up_to_more_than_the_maximum() {
+        let subs: Vec<Mutex<Toy>> = (0..4).map(|_| Mutex::new(Toy::default())).collect();
+        let mut ledger = Ledger::new(4);
+        let mut x = 7u64;
+        for _ in 0..10_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let me = (x % 4) as usize;
+            if x.is_multiple_of(3) {
+                let mut s = subs[me].lock();
+                let f = s.in_use.min(x % 1000);
+                s.in_use -= f;
+            } else {
+                charge(&subs, &mut ledger, me, x % 700);
+            }
+            let q: u64 = ledger.quotas.iter().sum();
+            assert!(q <= ledger.max_in_use);
+            for (t, s) in subs.iter().enumerate() {
+                let s = s.lock();
+                assert!(s.in_use <= s.quota && s.quota == ledger.quotas[t]);
+            }
+        }
+    }
+
+    #[test]
+    fn sub_arenas_that_rise_together_stop_rebalancing_once_warm() {
+        let subs: Vec<Mutex<Toy>> = (0..4).map(|_| Mutex::new(Toy::default())).collect();
+        let mut ledger = Ledger::new(4);
+        let round = |ledger: &mut Ledger| {
+            for step in 0..50 {
+                for me in 0..4 {
+                    charge(&subs, ledger, me, 10 + step);
+                }
+            }
+            for s in &subs {
+                s.lock().in_use = 0;
+            }
+        };
+        round(&mut ledger);
+        let warm = ledger.rebalances;
+        round(&mut ledger);
+        round(&mut ledger);
+        assert_eq!(
+            ledger.rebalances, warm,
+            "no rebalance once every quota covers its peak"
+        );
+    }
+}
+
+/// The escrow under shuttle's randomized scheduler: threads charge their own sub-arena through
+/// [`admit`] exactly as the allocation path does, free from their own and from others', and a
+/// reader freezes everything as `stats()` does. A "truth" counter moved in the same critical
+/// sections gives the real sum at every step; the ledger's `MaxInUse` must equal its peak, and
+/// no schedule may deadlock (shuttle fails the test if every thread is blocked).
+#[cfg(test)]
+mod shuttle_checks {
+    use super::*;
+    use shuttle::sync::atomic::{AtomicU64, Ordering};
+    use shuttle::sync::{Mutex, MutexGuard};
+    use std::sync::Arc;
+
+    #[derive(Debug, Default)]
+    struct Toy {
+        in_use: u64,
+        peak: u64,
+        quota: u64,
+    }
+
+    impl Metered for Toy {
+        fn in_use(&self) -> u64 {
+            self.in_use
+        }
+        fn peak(&self) -> u64 {
+            self.peak
+        }
+        fn quota(&self) -> u64 {
+            self.quota
+        }
+        fn set_quota(&mut self, quota: u64) {
+            self.quota = quota;
+        }
+    }
+
+    struct World {
+        subs: Vec<Mutex<Toy>>,
+        global: Mutex<Ledger>,
+        truth: AtomicU64,
+        truth_peak: AtomicU64,
+    }
+
+    impl World {
+        fn new(n: usize) -> Arc<Self> {
+            Arc::new(World {
+                subs: (0..n).map(|_| Mutex::new(Toy::default())).collect(),
+                global: Mutex::new(Ledger::new(n)),
+                truth: AtomicU64::new(0),
+                truth_peak: AtomicU64::new(0),
+            })
+        }
+
+        fn lock(&self, t: usize) -> MutexGuard<'_, Toy> {
+            self.subs[t].lock().expect("not poisoned")
+        }
+
+        /// The allocation path's loop around `admit`, as `Arena::try_take` runs it.
+        fn charge(&self, me: usize, bytes: u64) {
+            let mut global: Option<MutexGuard<'_, Ledger>> = None;
+            loop {
+                let mut mine = self.lock(me);
+                let step = admit(
+                    &mut global,
+                    || self.global.try_lock().ok(),
+                    me,
+                    &mut *mine,
+                    bytes,
+                    |t| Some(self.lock(t)),
+                );
+                match step {
+                    Admit::Fits(frozen) => {
+                        mine.in_use += bytes;
+                        mine.peak = mine.peak.max(mine.in_use);
+                        let now = self.truth.fetch_add(bytes, Ordering::SeqCst) + bytes;
+                        self.truth_peak.fetch_max(now, Ordering::SeqCst);
+                        drop(frozen);
+                        return;
+                    }
+                    Admit::Retry => {
+                        drop(mine);
+                        global = Some(self.global.lock().expect("not poisoned"));
+                    }
+                }
+            }
+        }
+
+        fn free(&self, t: usize, bytes: u64) {
+            let mut s = self.lock(t);
+            let f = s.in_use.min(bytes);
+            s.in_use -= f;
+            self.truth.fetch_sub(f, Ordering::SeqCst);
+        }
+
+        /// What `stats()` does: everything frozen, then the invariants.
+        fn freeze_and_check(&self) {
+            let ledger = self.global.lock().expect("not poisoned");
+            let subs: Vec<_> = (0..self.subs.len()).map(|t| self.lock(t)).collect();
+            let sum: u64 = subs.iter().map(|s| s.in_use).sum();
+            assert_eq!(sum, self.truth.load(Ordering::SeqCst), "a frozen instant");
+            assert!(
+                sum <= ledger.max_in_use,
+                "InUse {sum} passed MaxInUse unseen"
+            );
+            let quotas: u64 = ledger.quotas.iter().sum();
+            assert!(quotas <= ledger.max_in_use);
+            for (t, s) in subs.iter().enumerate() {
+                assert!(s.in_use <= s.quota && s.quota == ledger.quotas[t]);
+            }
+        }
+    }
+
+    fn scenario() {
+        let world = World::new(3);
+        let workers: Vec<_> = (0..3usize)
+            .map(|me| {
+                let w = world.clone();
+                shuttle::thread::spawn(move || {
+                    for step in 0..3u64 {
+                        w.charge(me, 10 + 7 * step + me as u64);
+                        if step % 2 == 1 {
+                            // A free from another thread.
+                            w.free((me + 1) % 3, 9);
+                        }
+                    }
+                    w.free(me, 20);
+                })
+            })
+            .collect();
+        let reader = {
+            let w = world.clone();
+            shuttle::thread::spawn(move || w.freeze_and_check())
+        };
+        for h in workers {
+            h.join().expect("worker");
+        }
+        reader.join().expect("reader");
+        world.freeze_and_check();
+        let max = world.global.lock().expect("not poisoned").max_in_use;
+        assert_eq!(
+            max,
+            world.truth_peak.load(Ordering::SeqCst),
+            "MaxInUse is the true peak of the sum"
+        );
+    }
+
+    #[test]
+    fn max_in_use_is_the_true_peak_and_no_schedule_deadlocks_random() {
+        shuttle::check_random(scenario, 3000);
+    }
+
+    #[test]
+    fn max_in_use_is_the_true_peak_and_no_schedule_deadlocks_pct() {
+        shuttle::check_pct(scenario, 3000, 3);
+    }
+}

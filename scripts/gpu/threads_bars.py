@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""Issue 15's bars from one scripts/gpu/threads.sh run (replay_mt JSON lines).
+
+usage: python3 threads_bars.py mt.jsonl > bars.md
+
+Per trace (small, mixed ÷ 16), for the library built from this tree ("new"):
+  1. aggregate throughput at the most threads measured (16) >= 4x one thread's;
+  2. one thread's ns/op <= 1.05x today's library's in the same run;
+  3. held/req at 16 threads <= 1.2x held/req at one thread, where held is the driver-measured
+     peak of the first pass and req = N x the trace's peak live requested bytes per thread.
+Prints a table of every allocator's scaling and held/req, then one line per bar and a last
+line "threads: PASS" or "threads: FAIL".
+"""
+import json
+import sys
+
+
+def load(path):
+    rows = {}
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line.startswith("{"):
+                continue
+            r = json.loads(line)
+            label = r.get("label", "")
+            if label == "smoke":
+                continue
+            name = label.split(" ", 1)[1] if label.startswith("r") and " " in label else label
+            rows[(r["trace"], name, r["threads"])] = r
+    return rows
+
+
+def held_over_req(r):
+    # The driver's count where there is one (0 on a machine without a GPU: the allocator's).
+    held = r.get("peak_driver_delta_first_pass") or r.get("allocator_held_peak_all_passes")
+    req = r["threads"] * r["peak_live_requested_per_thread"]
+    return held / req if held and req else None
+
+
+def main(path):
+    rows = load(path)
+    traces = [t for t in ("small", "mixed") if any(k[0] == t for k in rows)]
+    names = []
+    for k in rows:
+        if k[1] not in names:
+            names.append(k[1])
+    ns = sorted({k[2] for k in rows})
+    top = ns[-1] if ns else 16
+    ok = True
+    lines = []
+    for t in traces:
+        print(f"### {t}: aggregate Mops/s (speedup vs 1 thread) and held/req\n")
+        print("| allocator | " + " | ".join(f"N={n}" for n in ns) + " | 1-thread ns/op | held/req N=1 | "
+              f"held/req N={top} |")
+        print("|---|" + "---:|" * (len(ns) + 3))
+        for name in names:
+            one = rows.get((t, name, 1))
+            cells = []
+            for n in ns:
+                r = rows.get((t, name, n))
+                if r is None:
+                    cells.append("-")
+                else:
+                    sp = f" ({r['agg_mops_median'] / one['agg_mops_median']:.2f}x)" if one else ""
+                    cells.append(f"{r['agg_mops_median']:.3f}{sp}")
+            h1 = held_over_req(one) if one else None
+            hn = held_over_req(rows[(t, name, top)]) if (t, name, top) in rows else None
+            ns1 = f"{one['ns_per_op_per_thread']:.1f}" if one else "-"
+            fmt = lambda v: f"{v:.3f}" if v else "-"
+            print(f"| {name} | " + " | ".join(cells) + f" | {ns1} | {fmt(h1)} | {fmt(hn)} |")
+        print()
+        new1, newn = rows.get((t, "new", 1)), rows.get((t, "new", top))
+        today1 = rows.get((t, "today", 1))
+        if new1 and newn:
+            s = newn["agg_mops_median"] / new1["agg_mops_median"]
+            good = s >= 4
+            ok &= good
+            lines.append(f"{'ok  ' if good else 'FAIL'} {t}: aggregate at {top} threads is {s:.2f}x one thread's (bar 4x)")
+        else:
+            ok = False
+            lines.append(f"FAIL {t}: no run of the new library at 1 and {top} threads")
+        if new1 and today1:
+            q = new1["ns_per_op_per_thread"] / today1["ns_per_op_per_thread"]
+            good = q <= 1.05
+            ok &= good
+            lines.append(f"{'ok  ' if good else 'FAIL'} {t}: one thread {new1['ns_per_op_per_thread']:.1f} ns/op, "
+                         f"today's {today1['ns_per_op_per_thread']:.1f} ({q:.3f}x, bar 1.05x)")
+        else:
+            ok = False
+            lines.append(f"FAIL {t}: no single-thread run of both libraries")
+        h1 = held_over_req(new1) if new1 else None
+        hn = held_over_req(newn) if newn else None
+        if h1 and hn:
+            q = hn / h1
+            good = q <= 1.2
+            ok &= good
+            lines.append(f"{'ok  ' if good else 'FAIL'} {t}: held/req {hn:.3f} at {top} threads, {h1:.3f} at one "
+                         f"({q:.3f}x, bar 1.2x)")
+        else:
+            ok = False
+            lines.append(f"FAIL {t}: held/req not measured")
+    print("### bars\n")
+    for line in lines:
+        print(line)
+    print()
+    print("threads: PASS" if ok else "threads: FAIL")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        print(__doc__)
+        sys.exit(1)
+    main(sys.argv[1])
