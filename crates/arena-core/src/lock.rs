@@ -2,10 +2,11 @@
 //! waiters that park and are woken by the unlock, so a freed lock goes to a waiter at once.
 //!
 //! Why not a stock mutex: parking_lot's and std's also need an atomic read-modify-write to
-//! release (to learn whether anyone sleeps); measured through the C ABI on one thread
-//! (`scripts/gpu/bench/replay_mt.cpp` on `virtual`), that second atomic cost 3 ns of a 105 ns
-//! alloc-or-free, and the single-thread bar of issue 15 allows 5%. Why not the lock this one
-//! replaced, whose release was the same plain store: nobody could be woken, so its waiters slept
+//! release (to learn whether anyone sleeps). Measured on one thread (`cargo bench --bench
+//! threads`, 2-core AMD EPYC VM), parking_lot's mutex cost about 1–2 ns more per operation than
+//! a store release (of ~52 ns); through the C ABI (~105 ns) the difference was within the noise.
+//! The single-thread bar of issue 15 allows 5% in all, so the cheaper release. Why not the lock
+//! this one replaced, whose release was the same plain store: nobody could be woken, so its waiters slept
 //! in fixed 20 µs naps, and under contention a freed lock sat idle until a napper woke (sixteen
 //! threads on one arena fell to a fraction of one thread's throughput). Each thread now has a
 //! sub-arena of its own, so the lock is rarely contended at all; when it is (a free from
