@@ -1120,10 +1120,20 @@ impl State {
     /// `id`'s bin entry.
     #[inline(always)]
     fn split(&mut self, id: u32, rounded: u64) {
+        let rest_id = self.cut_links(id, rounded);
+        let rest = self.chunks.get(rest_id);
+        let (size, addr) = (rest.size, rest.addr);
+        self.bins.replace(id, rest_id, size, addr);
+    }
+
+    /// Cuts chunk `id` at `at` bytes into two linked chunks, the upper one free with `id`'s
+    /// region, stream and sync id; returns its id. Bins are the caller's business.
+    #[inline(always)]
+    fn cut_links(&mut self, id: u32, at: u64) -> u32 {
         let c = self.chunks.get(id);
         let rest = Chunk {
-            addr: c.addr + rounded,
-            size: c.size - rounded,
+            addr: c.addr + at,
+            size: c.size - at,
             requested_size: 0,
             prev: id,
             next: c.next,
@@ -1137,10 +1147,10 @@ impl State {
         if rest.next != NIL {
             self.chunks.get_mut(rest.next).prev = rest_id;
         }
-        let c = self.chunks.get_mut(id);
-        c.next = rest_id;
-        c.size = rounded;
-        self.bins.replace(id, rest_id, rest.size, rest.addr);
+        let low = self.chunks.get_mut(id);
+        low.next = rest_id;
+        low.size = at;
+        rest_id
     }
 
     /// Marks in-use chunk `id` (already out of the address table) free, merges it with free

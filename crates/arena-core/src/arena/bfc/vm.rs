@@ -446,25 +446,7 @@ impl State {
         let c = *self.chunks.get(id);
         let unmapped = c.stream == UNMAPPED;
         self.vm_unbin(id, unmapped);
-        let rest = Chunk {
-            addr: c.addr + at,
-            size: c.size - at,
-            requested_size: 0,
-            prev: id,
-            next: c.next,
-            region: c.region,
-            in_use: false,
-            stream: c.stream,
-            sync_id: c.sync_id,
-            alloc_id: 0,
-        };
-        let rest_id = self.chunks.insert(rest);
-        if rest.next != NIL {
-            self.chunks.get_mut(rest.next).prev = rest_id;
-        }
-        let low = self.chunks.get_mut(id);
-        low.next = rest_id;
-        low.size = at;
+        let rest_id = self.cut_links(id, at);
         self.vm_bin(id, unmapped);
         self.vm_bin(rest_id, unmapped);
         rest_id
