@@ -13,6 +13,9 @@
 # Bounded by BUDGET_S (default 450) seconds in all: a run that would start later is skipped,
 # and each run is cut at RUN_TIMEOUT_S (default 45; today's library at 8 and 16 threads may
 # take longer per pass than that, which then shows as "timed out").
+# Diagnostics: EXTRA="label=path.so ..." also runs other builds of the library beside "new";
+# OTHERS=0 skips PyTorch and cudaMallocAsync; NOSTREAM=0 skips the new-nostream runs;
+# ONE_REPEATS (default 5) is how many processes measure the new and today's library at one thread.
 # Results: OUTDIR/mt.jsonl (one JSON object per run), OUTDIR/mt.log, OUTDIR/device_facts.txt,
 # OUTDIR/mt_tables.md (scripts/gpu/bench/mt_summarize.py) and OUTDIR/bars.md, whose last line
 # is "threads: PASS" or "threads: FAIL" (scripts/gpu/threads_bars.py).
@@ -35,6 +38,10 @@ MT_BUDGET=${MT_BUDGET:-1.5}
 MT_REPS=${MT_REPS:-5}
 # cuda-arena's backend in the plugin runs (a dry run without a GPU can use virtual).
 ARENA_BACKEND=${ARENA_BACKEND:-cuda}
+EXTRA=${EXTRA:-}
+OTHERS=${OTHERS:-1}
+NOSTREAM=${NOSTREAM:-1}
+ONE_REPEATS=${ONE_REPEATS:-5}
 NEW=$PWD/.device/libcuda_arena.so
 BASE=$PWD/.device/libcuda_arena.base.so
 RES=$OUT/mt.jsonl
@@ -99,7 +106,8 @@ if [ $TORCH_OK = 1 ]; then
 fi
 
 # ---- the matrix: trace x N x allocator, one process per run --------------------------------
-one() {  # label, replay_mt args...
+REP=1
+one() {  # label, replay_mt args...  (the run is labelled "r$REP label")
   local label=$1; shift
   local left=$(( BUDGET_S - $(el) ))
   if [ "$left" -lt 8 ]; then say "skip (budget) $label $*"; return; fi
@@ -107,7 +115,7 @@ one() {  # label, replay_mt args...
   local env=()
   [ "$label" = torch ] && env=("${TORCH_ENV[@]}")
   "${env[@]}" timeout "$lim" "$B/replay_mt" "$@" --reps "$MT_REPS" --budget-s "$MT_BUDGET" \
-    --label "r1 $label" --json "$RES" >> "$LOG" 2>&1
+    --label "r$REP $label" --json "$RES" >> "$LOG" 2>&1
   local rc=$?
   if [ $rc -eq 124 ]; then say "  timed out after ${lim}s: $label"; elif [ $rc -ne 0 ]; then say "  FAILED rc=$rc: $label"; fi
 }
@@ -115,13 +123,30 @@ for t in small mixed; do
   tr="TR_$t"
   for n in $THREADS; do
     say "$t N=$n"
+    # One thread: the new and today's libraries in ONE_REPEATS processes each, in ABBA order
+    # (a process's time can be 20% off another's; the bars take the median process).
+    if [ "$n" = 1 ]; then
+      for REP in $(seq 2 "$ONE_REPEATS"); do
+        if [ $((REP % 2)) = 0 ]; then order="today new"; else order="new today"; fi
+        for lib in $order; do
+          if [ $lib = new ]; then L=$NEW; else L=$BASE; fi
+          one $lib ${!tr} --threads 1 --backend plugin --plugin "$P" --plugin-arg "$L@$ARENA_BACKEND@Cuda@"
+        done
+      done
+      REP=1
+    fi
     one new ${!tr} --threads "$n" --backend plugin --plugin "$P" --plugin-arg "$NEW@$ARENA_BACKEND@Cuda@"
     one today ${!tr} --threads "$n" --backend plugin --plugin "$P" --plugin-arg "$BASE@$ARENA_BACKEND@Cuda@"
-    [ $TORCH_OK = 1 ] && one torch ${!tr} --threads "$n" --backend plugin --plugin "$B/libtorch_plugin.so"
-    one cudaMallocAsync ${!tr} --threads "$n" --backend cudaMallocAsync --release-threshold max
+    for x in $EXTRA; do
+      one "${x%%=*}" ${!tr} --threads "$n" --backend plugin --plugin "$P" --plugin-arg "$PWD/${x#*=}@$ARENA_BACKEND@Cuda@"
+    done
+    if [ "$OTHERS" = 1 ]; then
+      [ $TORCH_OK = 1 ] && one torch ${!tr} --threads "$n" --backend plugin --plugin "$B/libtorch_plugin.so"
+      one cudaMallocAsync ${!tr} --threads "$n" --backend cudaMallocAsync --release-threshold max
+    fi
   done
 done
-for t in small mixed; do
+[ "$NOSTREAM" = 1 ] && for t in small mixed; do
   tr="TR_$t"
   for n in $THREADS; do
     one new-nostream ${!tr} --threads "$n" --backend plugin --plugin "$P" \

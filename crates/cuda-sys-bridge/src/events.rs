@@ -105,7 +105,8 @@ impl StreamEvents for CudaEvents {
         if stream <= 2 {
             return Some(stream);
         }
-        let _current = self.ctx.make_current().ok()?;
+        // Any other handle names its own context, so none is made current: this runs on
+        // every allocation on a host stream, and the check would cost a driver call more.
         driver::stream_get_id(driver::stream_from_u64(stream)).ok()
     }
 }
