@@ -15,7 +15,10 @@
 #   bash scripts/gpu/memory-bars.sh
 # Env: OUT (default ./bars-out), VM_CONF (the new mode's config, default
 # arena.use_virtual_memory=1), TRACES (default all eight), REPS (3), BUDGET_S (10 per run),
-# ALLOCATORS (default "torch-default torch-expandable cudaMallocAsync-max arena-base arena vm").
+# ALLOCATORS (default "torch-default torch-expandable cudaMallocAsync-max arena-base arena vm"),
+# SPEED_REPEATS (3: today's arena and the new mode, whose times the bar compares, each run in
+# that many processes, alternating; one process's time can be 20 % off another's).
+# The bars: OUT/bars.md (scripts/gpu/memory_bars.py), last line "memory-bars: PASS" or FAIL.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/bars-out}
@@ -31,6 +34,7 @@ REPS=${REPS:-3}
 BUDGET_S=${BUDGET_S:-10}
 TRACES=${TRACES:-"inference mixed small growing gpt2-train resnet50-train encoder-serve decoder-generate"}
 ALLOCATORS=${ALLOCATORS:-"torch-default torch-expandable cudaMallocAsync-max arena-base arena vm"}
+SPEED_REPEATS=${SPEED_REPEATS:-3}
 RES=$OUT/results.jsonl
 LOG=$OUT/run.log
 : >"$RES"
@@ -65,8 +69,8 @@ replay() {  # label trace args...
   local rc=$?
   [ $rc -eq 0 ] || say "  FAILED rc=$rc ($label $t)"
 }
-for t in $TRACES; do
-  for a in $ALLOCATORS; do
+one() {  # allocator trace
+  local a=$1 t=$2
     case $a in
       torch-default)
         [ -e "$B/libtorch_plugin.so" ] && LD_LIBRARY_PATH="$TORCH_LDP${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
@@ -84,9 +88,24 @@ for t in $TRACES; do
           --plugin-arg "$LIB@cuda@Cuda@$VM_CONF" ;;
       *) say "unknown allocator $a" ;;
     esac
+}
+for t in $TRACES; do
+  paired=()
+  for a in $ALLOCATORS; do
+    case $a in
+      arena-base|vm) paired+=("$a") ;;
+      *) one "$a" "$t" ;;
+    esac
+  done
+  # Today's arena and the new mode in alternating order (ABBA), SPEED_REPEATS processes each.
+  for r in $(seq 1 "$SPEED_REPEATS"); do
+    if [ $((r % 2)) = 1 ]; then order=("${paired[@]}"); else order=(); for ((i=${#paired[@]}-1; i>=0; i--)); do order+=("${paired[$i]}"); done; fi
+    for a in "${order[@]}"; do one "$a" "$t"; done
   done
 done
 say "summary"
 python3 "$BENCH/summarize.py" "$RES" >"$OUT/tables.md" 2>>"$LOG"
 cat "$OUT/tables.md"
+python3 scripts/gpu/memory_bars.py "$RES" >"$OUT/bars.md" 2>>"$LOG"
+cat "$OUT/bars.md"
 say "done"
