@@ -10,7 +10,8 @@
 //! trace. Pairs after `--` are added to the virtual-memory arena's config (and to the region
 //! arena's, but for `arena.use_virtual_memory`). Each config replays the trace three times in
 //! one arena: the first pass measures memory (as the GPU benchmark's pass 0 does), the next
-//! two are warm.
+//! two are warm. With `RATIO=n`, prints instead the median warm ns/op of both modes over `n`
+//! interleaved passes and their ratio; with `DUMP=dir`, writes each trace as text there.
 use cuda_arena_core::trace::{replay, TraceOp};
 use cuda_arena_core::trace_format::parse_trace_bytes;
 use cuda_arena_core::{
@@ -183,6 +184,45 @@ fn run(name: &str, trace: &[TraceOp], pairs: &[(String, String)], vm: bool) -> R
     Ok(())
 }
 
+/// Median warm ns/op of the region arena and the virtual-memory arena over `rounds` passes
+/// each, interleaved in one process (a warm-up pass each first), so both see the same machine.
+fn ratio(
+    name: &str,
+    trace: &[TraceOp],
+    pairs: &[(String, String)],
+    rounds: usize,
+) -> Result<(), String> {
+    let mut cfg = ArenaConfig::from_pairs(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .map_err(|e| e.to_string())?;
+    cfg.use_virtual_memory = false;
+    let raw = VirtualAllocator::default();
+    let region = Arena::new(raw, cfg.clone()).map_err(|e| e.to_string())?;
+    let raw = VirtualAllocator::default();
+    let v: Arc<dyn VirtualMemory> = Arc::new(raw.vm());
+    cfg.use_virtual_memory = true;
+    let paged = Arena::with_virtual_memory(raw, v, cfg).map_err(|e| e.to_string())?;
+    let streams = streams_for(trace);
+    let pass = |a: &dyn Allocator| replay(a, trace, &streams, false).map(|r| r.ns_per_op());
+    pass(&region).map_err(|e| e.to_string())?;
+    pass(&paged).map_err(|e| e.to_string())?;
+    let (mut r, mut p) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        r.push(pass(&region).map_err(|e| e.to_string())?);
+        p.push(pass(&paged).map_err(|e| e.to_string())?);
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (r, p) = (median(&mut r), median(&mut p));
+    println!(
+        "{:<24} region {r:6.1} ns/op  vm {p:6.1} ns/op  vm/region {:.3}",
+        name.trim_start_matches("snapshot."),
+        p / r
+    );
+    Ok(())
+}
+
 fn main() -> Result<(), String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let split = args.iter().position(|a| a == "--").unwrap_or(args.len());
@@ -194,7 +234,26 @@ fn main() -> Result<(), String> {
     let only = std::env::var("ONLY").unwrap_or_default();
     for name in &args[..split] {
         let trace = load(name)?;
+        if let Ok(dir) = std::env::var("DUMP") {
+            let short = name.rsplit('/').next().unwrap_or(name);
+            let mut out = String::new();
+            for op in &trace {
+                match op {
+                    TraceOp::Alloc { id, size, stream } => {
+                        out += &format!("a {id} {size} {stream}\n")
+                    }
+                    TraceOp::Free { id } => out += &format!("f {id}\n"),
+                    _ => out += "x\n",
+                }
+            }
+            std::fs::write(format!("{dir}/{short}.txt"), out).map_err(|e| e.to_string())?;
+            continue;
+        }
         let short = name.rsplit('/').next().unwrap_or(name);
+        if let Some(rounds) = std::env::var("RATIO").ok().and_then(|v| v.parse().ok()) {
+            ratio(short, &trace, &pairs, rounds)?;
+            continue;
+        }
         if only != "vm" {
             run(short, &trace, &pairs, false)?;
         }

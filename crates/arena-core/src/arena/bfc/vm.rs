@@ -67,7 +67,25 @@ pub(super) struct Paged {
     trigger: u64,
     /// `arena.vm_peak_headroom_percent`.
     headroom_percent: u64,
+    /// Bytes the headroom has grown by since the last shrink: what mappings took back of
+    /// pages the headroom had just had unmapped (churn), up to [`CHURN_MAX_PERCENT`] of
+    /// the peak in all.
+    slack: u64,
+    /// The last runs of pages the headroom had unmapped, `(slot, lo, hi)`, newest last, at
+    /// most [`CHURN_WINDOW`].
+    evicted: std::collections::VecDeque<(u32, u64, u64)>,
+    /// The peak in use when `evicted` was started: runs unmapped under a lower peak were
+    /// squeezed out by a cap that has grown since, not by churn.
+    evicted_at_peak: u64,
 }
+
+/// How many runs of pages unmapped for the headroom are remembered: a mapping of pages
+/// among them is churn (the same pages out and back in), and grows the headroom instead.
+const CHURN_WINDOW: usize = 64;
+
+/// The most the headroom grows to by churn, as a percentage of the peak in use: mapped
+/// memory then stays within this of the peak however the pages churn.
+const CHURN_MAX_PERCENT: u64 = 30;
 
 impl Paged {
     /// The policy of `config` over `vm`. A page size that is not a multiple of the
@@ -109,6 +127,9 @@ impl Paged {
             threshold: config.vm_unmap_threshold_bytes,
             trigger: config.vm_unmap_threshold_bytes.unwrap_or(u64::MAX),
             headroom_percent: config.vm_peak_headroom_percent,
+            slack: 0,
+            evicted: std::collections::VecDeque::new(),
+            evicted_at_peak: 0,
         })
     }
 
@@ -124,8 +145,20 @@ impl Paged {
 
     /// Mapped bytes the headroom allows for a peak of `peak` chunk bytes in use.
     fn cap(&self, peak: u64) -> u64 {
-        let extra = u128::from(peak) * u128::from(self.headroom_percent) / 100;
-        peak.saturating_add(u64::try_from(extra).unwrap_or(u64::MAX))
+        let pct =
+            |p: u64| u64::try_from(u128::from(peak) * u128::from(p) / 100).unwrap_or(u64::MAX);
+        let base = pct(self.headroom_percent);
+        let most = base.max(pct(CHURN_MAX_PERCENT));
+        peak.saturating_add(base.saturating_add(self.slack).min(most))
+    }
+
+    /// Bytes of `[lo, hi)` in range `slot` that the headroom unmapped lately.
+    fn evicted_overlap(&self, slot: u32, lo: u64, hi: u64) -> u64 {
+        self.evicted
+            .iter()
+            .filter(|e| e.0 == slot)
+            .map(|&(_, a, b)| b.min(hi).saturating_sub(a.max(lo)))
+            .sum()
     }
 
     /// Every unmapped free chunk.
@@ -139,9 +172,10 @@ impl Paged {
 /// Which free pages an unmapping pass looks at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Scan {
-    /// Mapped free chunks of at least a page (from the bins): cheap, for the headroom and
-    /// the threshold.
+    /// Mapped free chunks of at least a page (from the bins): cheap, for the threshold.
     Large,
+    /// As `Large`, for the headroom: the runs are remembered as evicted (churn).
+    Headroom,
     /// Every run of adjacent mapped free chunks, whatever their streams: for shrink and out
     /// of memory.
     Everything,
@@ -217,7 +251,25 @@ impl State {
         consumer: StreamId,
         clock: Option<&Clock>,
     ) -> Result<u32> {
-        let (plan, new_range) = match self.vm_plan(rounded, consumer, clock) {
+        let planned = self.vm_plan(rounded, consumer, clock);
+        // Mapping pages for it (in a new range when no place is planned) would first unmap
+        // free pages elsewhere, the headroom being used up: a mapped free chunk of the other
+        // pool, where one fits, costs no driver call. The pools are kept apart only while
+        // the headroom has room.
+        let page = self.paged()?.page();
+        let need = planned.map_or(rounded.saturating_add(page - 1) & !(page - 1), |p| {
+            p.m1 - p.m0
+        });
+        if need > 0 && self.vm_would_unmap(need, rounded) {
+            let (chunks, hosted) = (&self.chunks, &self.hosted);
+            let any = self.bins.best_fit(rounded, |id| {
+                reusable(chunks.get(id), consumer, hosted, clock)
+            });
+            if let Some(id) = any {
+                return Ok(id);
+            }
+        }
+        let (plan, new_range) = match planned {
             Some(plan) => (plan, None),
             None => {
                 let slot = self.vm_add_range(vm, rounded, size)?;
@@ -243,6 +295,18 @@ impl State {
             }
         };
         Ok(self.vm_carve(id, plan.w0, plan.w0 + rounded))
+    }
+
+    /// Whether mapping `need` more bytes for a chunk of `rounded` bytes would pass the
+    /// headroom over the peak.
+    fn vm_would_unmap(&self, need: u64, rounded: u64) -> bool {
+        let Some(p) = self.pages.as_deref() else {
+            return false;
+        };
+        let peak = self
+            .peak_chunk_bytes
+            .max(self.chunk_bytes_in_use().saturating_add(rounded));
+        p.pages.mapped_bytes().saturating_add(need) > p.cap(peak)
     }
 
     /// The place for `rounded` bytes for stream `consumer` that needs the fewest pages
@@ -391,15 +455,26 @@ impl State {
                     ));
                 }
             }
+            // Churn: pages the headroom unmapped lately are wanted back. The headroom grows by
+            // them rather than unmapping others in their place.
+            let peak_now = self.peak_chunk_bytes;
+            if let Some(p) = self.pages.as_deref_mut() {
+                if peak_now > p.evicted_at_peak {
+                    p.evicted.clear();
+                    p.evicted_at_peak = peak_now;
+                }
+                let back = p.evicted_overlap(plan.slot, plan.m0, plan.m1);
+                p.slack = p.slack.saturating_add(back);
+            }
             // The headroom: map past the peak only as far as it allows.
             let p = self.paged()?;
             let peak = self
                 .peak_chunk_bytes
-                .max(self.chunk_bytes_in_use() + rounded);
+                .max(self.chunk_bytes_in_use().saturating_add(rounded));
             let cap = p.cap(peak);
             let mapped = p.pages.mapped_bytes();
             if mapped.saturating_add(need) > cap {
-                self.vm_unmap_free(vm, keep, mapped + need - cap, Scan::Large);
+                self.vm_unmap_free(vm, keep, mapped + need - cap, Scan::Headroom);
             }
             let mut got = vm.map(plan.m0, need);
             if matches!(got, Err(ArenaError::OutOfMemory { .. }))
@@ -576,7 +651,7 @@ impl State {
         // Spans of adjacent mapped free chunks: (slot, lo, hi, first chunk).
         let mut spans: Vec<(u32, u64, u64, u32)> = Vec::new();
         match scan {
-            Scan::Large => {
+            Scan::Large | Scan::Headroom => {
                 for b in bin_for_size(page)..NUM_BINS {
                     for id in self.bins.bin_ids(b) {
                         let c = self.chunks.get(id);
@@ -667,6 +742,14 @@ impl State {
                 self.stats.num_arena_extensions = p.pages.extents();
             }
             self.stats.num_arena_shrinkages += 1;
+            if scan == Scan::Headroom {
+                if let Some(p) = self.pages.as_deref_mut() {
+                    if p.evicted.len() == CHURN_WINDOW {
+                        p.evicted.pop_front();
+                    }
+                    p.evicted.push_back((slot, start, start + take));
+                }
+            }
             freed += take;
             count += 1;
         }
@@ -722,6 +805,8 @@ impl State {
         }
         if let Some(p) = self.pages.as_deref_mut() {
             p.trigger = p.threshold.unwrap_or(u64::MAX);
+            p.slack = 0;
+            p.evicted.clear();
         }
         (count, err)
     }
@@ -742,6 +827,8 @@ impl State {
         p.pages = PageTable::new(page);
         p.unmapped = FreeBins::new();
         p.trigger = p.threshold.unwrap_or(u64::MAX);
+        p.slack = 0;
+        p.evicted.clear();
     }
 
     /// The memory log's regions: each mapped extent with its chunks (unmapped free chunks
