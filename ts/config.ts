@@ -46,6 +46,8 @@ export interface ArenaConfig {
   vmUnmapThresholdBytes?: number | bigint
   /** `arena.vm_peak_headroom_percent`: how far mapped memory may exceed the peak in use before free pages are unmapped to map new ones, 0 … 1000. Default 2. */
   vmPeakHeadroomPercent?: number | bigint
+  /** `arena.vm_churn_headroom_percent`: when a mapping wants back pages the headroom recently had unmapped, the headroom grows by them instead, up to this percentage of the peak in use, 0 … 1000 (at or below `vmPeakHeadroomPercent`: it never grows). Default 30. */
+  vmChurnHeadroomPercent?: number | bigint
 }
 
 /** Raw `arena.*` pairs, exactly as ONNX Runtime takes them. */
@@ -67,6 +69,7 @@ export const TYPED_KEYS: Readonly<Record<keyof ArenaConfig, string>> = {
   vmReserveBytes: 'arena.vm_reserve_bytes',
   vmUnmapThresholdBytes: 'arena.vm_unmap_threshold_bytes',
   vmPeakHeadroomPercent: 'arena.vm_peak_headroom_percent',
+  vmChurnHeadroomPercent: 'arena.vm_churn_headroom_percent',
 }
 
 function isTypedKey(k: string): k is keyof ArenaConfig {

@@ -24,6 +24,7 @@ export const RAW_RANGES: Readonly<Record<string, readonly [bigint, bigint]>> = {
   'arena.vm_reserve_bytes': [0n, 2n ** 62n],
   'arena.vm_unmap_threshold_bytes': [0n, U64_MAX],
   'arena.vm_peak_headroom_percent': [0n, 1000n],
+  'arena.vm_churn_headroom_percent': [0n, 1000n],
 }
 
 /** Keys whose value is 0 or a power of two within RAW_RANGES. */
@@ -45,6 +46,7 @@ export const TYPED: Readonly<Record<string, string>> = {
   vmReserveBytes: 'arena.vm_reserve_bytes',
   vmUnmapThresholdBytes: 'arena.vm_unmap_threshold_bytes',
   vmPeakHeadroomPercent: 'arena.vm_peak_headroom_percent',
+  vmChurnHeadroomPercent: 'arena.vm_churn_headroom_percent',
 }
 
 export type ConfigExpect =

@@ -175,7 +175,7 @@ function validRaw(g: Prng, key: string, f: FactoryM | null): string {
   if (key === 'arena.max_power_of_two_extend_bytes') return g.pick([String(g.logSize(1, 1 << 26)), String(hi)])
   if (key === 'arena.max_dead_bytes_per_chunk') return String(g.logSize(256, Number(hi)))
   if (POWER_OF_TWO_KEYS.has(key)) return g.pick(['0', String(lo), String(1n << BigInt(g.range(8, 30))), String(hi)])
-  if (key === 'arena.vm_peak_headroom_percent') return String(g.pick([0, 2, g.range(0, 1000), 1000]))
+  if (key === 'arena.vm_peak_headroom_percent' || key === 'arena.vm_churn_headroom_percent') return String(g.pick([0, 2, g.range(0, 1000), 1000]))
   if (hi <= 1n) return String(g.range(Number(lo), Number(hi)))
   return g.pick([String(lo), String(BigInt(g.logSize(1, 1 << 30))), String(hi)])
 }

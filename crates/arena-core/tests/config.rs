@@ -249,6 +249,7 @@ fn the_virtual_memory_keys_are_parsed_into_their_fields() {
         ("arena.vm_reserve_bytes", "17179869184"),
         ("arena.vm_unmap_threshold_bytes", "0"),
         ("arena.vm_peak_headroom_percent", "25"),
+        ("arena.vm_churn_headroom_percent", "0"),
     ])
     .expect("valid");
     assert!(c.use_virtual_memory);
@@ -256,9 +257,10 @@ fn the_virtual_memory_keys_are_parsed_into_their_fields() {
         (
             c.vm_page_size_bytes,
             c.vm_reserve_bytes,
-            c.vm_peak_headroom_percent
+            c.vm_peak_headroom_percent,
+            c.vm_churn_headroom_percent
         ),
-        (4 << 20, 16 << 30, 25)
+        (4 << 20, 16 << 30, 25, 0)
     );
     assert_eq!(
         c.vm_unmap_threshold_bytes,
@@ -276,6 +278,7 @@ fn the_virtual_memory_keys_are_parsed_into_their_fields() {
         (0, 0, None)
     );
     assert_eq!(d.vm_peak_headroom_percent, 2);
+    assert_eq!(d.vm_churn_headroom_percent, 30);
 }
 
 #[test]
@@ -293,6 +296,8 @@ fn bad_virtual_memory_values_are_rejected_naming_the_key() {
         ("arena.vm_unmap_threshold_bytes", "18446744073709551616"),
         ("arena.vm_peak_headroom_percent", "1001"),
         ("arena.vm_peak_headroom_percent", "2.5"),
+        ("arena.vm_churn_headroom_percent", "1001"),
+        ("arena.vm_churn_headroom_percent", "-1"),
     ] {
         let (k, v, reason) = rejection(key, value);
         assert_eq!((k.as_str(), v.as_str()), (key, value), "{reason}");

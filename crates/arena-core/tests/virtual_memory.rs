@@ -225,6 +225,47 @@ fn pages_the_headroom_unmaps_and_wants_back_grow_the_headroom_instead_of_churnin
 }
 
 #[test]
+fn a_churn_headroom_of_zero_keeps_the_headroom_where_it_was_set() {
+    // The same rounds as above with `arena.vm_churn_headroom_percent=0`: the headroom never
+    // grows, so every round unmaps pages and maps them again, and mapped memory never
+    // passes the peak in use.
+    let a = vm_arena(
+        GIB,
+        PAGE,
+        &[
+            ("arena.vm_peak_headroom_percent", "0"),
+            ("arena.vm_churn_headroom_percent", "0"),
+        ],
+    );
+    let mut most_mapped = 0;
+    let round = |most: &mut u64| {
+        let x = alloc(&a, 4 * MIB);
+        let y = alloc(&a, 4 * MIB);
+        let z = alloc(&a, 4 * MIB);
+        a.free(y).expect("live");
+        let w = alloc(&a, 6 * MIB);
+        *most = (*most).max(a.stats().total_allocated);
+        for p in [x, z, w] {
+            a.free(p).expect("live");
+        }
+    };
+    for _ in 0..4 {
+        round(&mut most_mapped);
+    }
+    let calls = (map_calls(&a), a.raw().raw_stats().raw_frees);
+    for _ in 0..20 {
+        round(&mut most_mapped);
+    }
+    let after = (map_calls(&a), a.raw().raw_stats().raw_frees);
+    assert!(
+        after.0 >= calls.0 + 20 && after.1 >= calls.1 + 20,
+        "{calls:?} → {after:?}"
+    );
+    assert!(most_mapped <= a.stats().max_in_use, "{most_mapped} mapped");
+    a.check_invariants().expect("consistent");
+}
+
+#[test]
 fn free_pages_beyond_the_headroom_are_kept_when_the_headroom_allows_them() {
     let a = vm_arena(GIB, PAGE, &[("arena.vm_peak_headroom_percent", "100")]);
     let x = alloc(&a, 4 * MIB);

@@ -337,6 +337,10 @@ fn decode_vm(
         "arena.vm_peak_headroom_percent",
         pick(r, &[2, 0, 10, 1000]).min(1000).to_string(),
     ));
+    pairs.push((
+        "arena.vm_churn_headroom_percent",
+        pick(r, &[30, 0, 5, 1000]).min(1000).to_string(),
+    ));
     let threshold = r.byte();
     if !threshold.is_multiple_of(3) {
         pairs.push((

@@ -32,6 +32,8 @@ pub const DEFAULT_MAX_MEM: u64 = u64::MAX;
 pub const DEFAULT_CUDA_MEMPOOL_BYTES_TO_KEEP_ON_SHRINK: u64 = 0;
 /// Default `arena.vm_peak_headroom_percent` (see [`ArenaConfig::vm_peak_headroom_percent`]).
 pub const DEFAULT_VM_PEAK_HEADROOM_PERCENT: u64 = 2;
+/// Default `arena.vm_churn_headroom_percent` (see [`ArenaConfig::vm_churn_headroom_percent`]).
+pub const DEFAULT_VM_CHURN_HEADROOM_PERCENT: u64 = 30;
 /// Largest `arena.vm_page_size_bytes`: 1 GiB.
 pub const MAX_VM_PAGE_SIZE_BYTES: u64 = 1 << 30;
 /// Largest `arena.vm_reserve_bytes`: 2^62 (far past any device; addresses stay in 64 bits).
@@ -68,10 +70,12 @@ pub mod keys {
     pub const VM_UNMAP_THRESHOLD_BYTES: &str = "arena.vm_unmap_threshold_bytes";
     /// How far mapped memory may grow past the peak in use before pages are remapped.
     pub const VM_PEAK_HEADROOM_PERCENT: &str = "arena.vm_peak_headroom_percent";
+    /// How far the headroom may grow when the pages it unmapped are wanted back (churn).
+    pub const VM_CHURN_HEADROOM_PERCENT: &str = "arena.vm_churn_headroom_percent";
 
     /// The typed (camelCase) name of every key, as the TypeScript API spells it, with the
     /// key; in documentation order.
-    pub const TYPED: [(&str, &str); 14] = [
+    pub const TYPED: [(&str, &str); 15] = [
         ("extendStrategy", EXTEND_STRATEGY),
         ("initialChunkSizeBytes", INITIAL_CHUNK_SIZE_BYTES),
         ("maxDeadBytesPerChunk", MAX_DEAD_BYTES_PER_CHUNK),
@@ -95,10 +99,11 @@ pub mod keys {
         ("vmReserveBytes", VM_RESERVE_BYTES),
         ("vmUnmapThresholdBytes", VM_UNMAP_THRESHOLD_BYTES),
         ("vmPeakHeadroomPercent", VM_PEAK_HEADROOM_PERCENT),
+        ("vmChurnHeadroomPercent", VM_CHURN_HEADROOM_PERCENT),
     ];
 
     /// Every known key, in documentation order.
-    pub const ALL: [&str; 14] = [
+    pub const ALL: [&str; 15] = [
         EXTEND_STRATEGY,
         INITIAL_CHUNK_SIZE_BYTES,
         MAX_DEAD_BYTES_PER_CHUNK,
@@ -113,6 +118,7 @@ pub mod keys {
         VM_RESERVE_BYTES,
         VM_UNMAP_THRESHOLD_BYTES,
         VM_PEAK_HEADROOM_PERCENT,
+        VM_CHURN_HEADROOM_PERCENT,
     ];
 }
 
@@ -161,6 +167,10 @@ pub struct ArenaConfig {
     /// this percentage before the arena unmaps wholly free pages elsewhere to map new ones,
     /// 0 … 1000. Default 2.
     pub vm_peak_headroom_percent: u64,
+    /// When a mapping wants back pages the headroom recently had unmapped (the same pages out
+    /// and in again), the headroom grows by them instead, up to this percentage of the peak
+    /// in use, 0 … 1000; at or below `vm_peak_headroom_percent` it never grows. Default 30.
+    pub vm_churn_headroom_percent: u64,
 }
 
 impl Default for ArenaConfig {
@@ -180,6 +190,7 @@ impl Default for ArenaConfig {
             vm_reserve_bytes: 0,
             vm_unmap_threshold_bytes: None,
             vm_peak_headroom_percent: DEFAULT_VM_PEAK_HEADROOM_PERCENT,
+            vm_churn_headroom_percent: DEFAULT_VM_CHURN_HEADROOM_PERCENT,
         }
     }
 }
@@ -357,6 +368,9 @@ impl ArenaConfig {
             keys::VM_PEAK_HEADROOM_PERCENT => {
                 self.vm_peak_headroom_percent = parse_uint(key, value, 0, 1000)?
             }
+            keys::VM_CHURN_HEADROOM_PERCENT => {
+                self.vm_churn_headroom_percent = parse_uint(key, value, 0, 1000)?
+            }
             _ if key.starts_with("arena.") => {
                 return Err(invalid(
                     key,
@@ -430,6 +444,13 @@ impl ArenaConfig {
                 "must be between 0 and 1000",
             ));
         }
+        if self.vm_churn_headroom_percent > 1000 {
+            return Err(invalid(
+                keys::VM_CHURN_HEADROOM_PERCENT,
+                &self.vm_churn_headroom_percent.to_string(),
+                "must be between 0 and 1000",
+            ));
+        }
         Ok(())
     }
 
@@ -495,6 +516,10 @@ impl ArenaConfig {
             keys::VM_PEAK_HEADROOM_PERCENT,
             self.vm_peak_headroom_percent.to_string(),
         ));
+        out.push((
+            keys::VM_CHURN_HEADROOM_PERCENT,
+            self.vm_churn_headroom_percent.to_string(),
+        ));
         out
     }
 
@@ -535,6 +560,7 @@ mod tests {
             vm_reserve_bytes: 12 << 30,
             vm_unmap_threshold_bytes: Some(0),
             vm_peak_headroom_percent: 7,
+            vm_churn_headroom_percent: 11,
             ..Default::default()
         };
         let back = ArenaConfig::from_pairs(cfg.to_pairs()).expect("own pairs parse");

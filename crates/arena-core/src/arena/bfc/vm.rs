@@ -67,9 +67,13 @@ pub(super) struct Paged {
     trigger: u64,
     /// `arena.vm_peak_headroom_percent`.
     headroom_percent: u64,
+    /// `arena.vm_churn_headroom_percent`: the most the headroom grows to by churn, as a
+    /// percentage of the peak in use; mapped memory stays within this of the peak however
+    /// the pages churn.
+    churn_percent: u64,
     /// Bytes the headroom has grown by since the last shrink: what mappings took back of
-    /// pages the headroom had just had unmapped (churn), up to [`CHURN_MAX_PERCENT`] of
-    /// the peak in all.
+    /// pages the headroom had just had unmapped (churn), up to `churn_percent` of the peak
+    /// in all.
     slack: u64,
     /// The last runs of pages the headroom had unmapped, `(slot, lo, hi)`, newest last, at
     /// most [`CHURN_WINDOW`].
@@ -82,10 +86,6 @@ pub(super) struct Paged {
 /// How many runs of pages unmapped for the headroom are remembered: a mapping of pages
 /// among them is churn (the same pages out and back in), and grows the headroom instead.
 const CHURN_WINDOW: usize = 64;
-
-/// The most the headroom grows to by churn, as a percentage of the peak in use: mapped
-/// memory then stays within this of the peak however the pages churn.
-const CHURN_MAX_PERCENT: u64 = 30;
 
 impl Paged {
     /// The policy of `config` over `vm`. A page size that is not a multiple of the
@@ -127,6 +127,7 @@ impl Paged {
             threshold: config.vm_unmap_threshold_bytes,
             trigger: config.vm_unmap_threshold_bytes.unwrap_or(u64::MAX),
             headroom_percent: config.vm_peak_headroom_percent,
+            churn_percent: config.vm_churn_headroom_percent,
             slack: 0,
             evicted: std::collections::VecDeque::new(),
             evicted_at_peak: 0,
@@ -148,7 +149,7 @@ impl Paged {
         let pct =
             |p: u64| u64::try_from(u128::from(peak) * u128::from(p) / 100).unwrap_or(u64::MAX);
         let base = pct(self.headroom_percent);
-        let most = base.max(pct(CHURN_MAX_PERCENT));
+        let most = base.max(pct(self.churn_percent));
         peak.saturating_add(base.saturating_add(self.slack).min(most))
     }
 
