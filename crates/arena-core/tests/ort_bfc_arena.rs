@@ -136,6 +136,23 @@ fn extend_strategy_power_of_two_growth_stops_at_the_cap_but_larger_requests_stil
 }
 
 #[test]
+fn a_reserve_may_take_the_bytes_under_max_mem_that_no_region_can() {
+    // Regions come in multiples of 256, reserves in any size: the 177 bytes a region leaves
+    // under this limit are a reserve's (as in ORT, whose Reserve checks max_mem exactly).
+    let a = virtual_arena(&[("arena.max_mem", "131505")]);
+    let x = alloc(&a, 38343);
+    assert_eq!(a.stats().total_allocated, 131328);
+    let r = a
+        .reserve(177)
+        .expect("177 bytes are left")
+        .expect("non-null");
+    assert_eq!(code(a.reserve(1)), "ERR_ARENA_OUT_OF_MEMORY");
+    assert_eq!(a.stats().total_allocated, 131505);
+    a.free(r).expect("live");
+    a.free(x).expect("live");
+}
+
+#[test]
 fn custom_memory_limit_a_request_past_the_remaining_budget_fails() {
     let a = virtual_arena(&[("arena.max_mem", "1048576")]);
     let first = alloc(&a, 256);

@@ -208,7 +208,8 @@ impl SubArenas {
     }
 
     /// Reserves room under `arena.max_mem` for a raw request: `plan` gets the bytes still
-    /// available (a multiple of 256) and the bytes held, and returns how many to reserve and
+    /// available (exactly: a region rounds them down to 256 itself, a reserve may use them
+    /// all) and the bytes held, and returns how many to reserve and
     /// anything else the caller needs; retried if another thread changed the budget meanwhile.
     pub(crate) fn reserve_budget<T>(
         &self,
@@ -217,7 +218,7 @@ impl SubArenas {
         let max_mem = self.config.max_mem;
         let mut held = self.held.load(Ordering::Acquire);
         loop {
-            let available = max_mem.saturating_sub(held) & !255;
+            let available = max_mem.saturating_sub(held);
             let (bytes, extra) = plan(available, held)?;
             let Some(after) = held.checked_add(bytes).filter(|&a| a <= max_mem) else {
                 return Err(ArenaError::oom(
