@@ -1053,27 +1053,27 @@ impl State {
     fn find(&self, rounded: u64, consumer: StreamId, stream: Option<&Stream>) -> Option<u32> {
         let chunks = &self.chunks;
         let hosted = &self.hosted;
-        let pool = self.pages.as_deref().map(|p| p.pool_filter(rounded));
+        let class = self.pages.as_deref().map_or(0, |p| p.class_for(rounded));
         let mut clock = None;
-        self.bins.best_fit(
+        self.bins.best_fit_class(
+            class,
             rounded,
             #[inline(always)]
             |id| {
                 let c = chunks.get(id);
-                pool.is_none_or(|(pages, want)| pages.pool(c.region) == want)
-                    && (c.stream == consumer || c.stream == 0 || {
-                        // ORT's rule: the consumer's own chunk, an unassigned one, or one whose
-                        // stream the consumer has waited on since the chunk was handed out
-                        // there; for a host stream with events, one whose free that stream's
-                        // work is known past.
-                        match hosted.binary_search_by_key(&c.stream, |e| e.0) {
-                            Ok(i) => hosted[i].1.is_complete(c.sync_id),
-                            Err(_) => stream.is_some_and(|s| {
-                                let clock = clock.get_or_insert_with(|| s.clock());
-                                c.sync_id < clock.last_wait(c.stream)
-                            }),
-                        }
-                    })
+                c.stream == consumer || c.stream == 0 || {
+                    // ORT's rule: the consumer's own chunk, an unassigned one, or one whose
+                    // stream the consumer has waited on since the chunk was handed out
+                    // there; for a host stream with events, one whose free that stream's
+                    // work is known past.
+                    match hosted.binary_search_by_key(&c.stream, |e| e.0) {
+                        Ok(i) => hosted[i].1.is_complete(c.sync_id),
+                        Err(_) => stream.is_some_and(|s| {
+                            let clock = clock.get_or_insert_with(|| s.clock());
+                            c.sync_id < clock.last_wait(c.stream)
+                        }),
+                    }
+                }
             },
         )
     }
@@ -1179,7 +1179,8 @@ impl State {
             self.bins.rekey(prev, p.size, p.addr);
         } else if !binned {
             let c = self.chunks.get(id);
-            self.bins.insert(id, c.size, c.addr);
+            let class = self.class_of(c.region);
+            self.bins.insert_class(id, c.size, c.addr, class);
         }
     }
 
@@ -1344,7 +1345,8 @@ impl State {
             } else {
                 self.chunks.get_mut(prev).next = id;
             }
-            self.bins.insert(id, c.size, c.addr);
+            let class = self.class_of(slot);
+            self.bins.insert_class(id, c.size, c.addr, class);
             prev = id;
         }
         self.stats.total_allocated += d.region.size;
@@ -1421,7 +1423,8 @@ impl State {
                     self.bins.remove(next);
                     self.merge(id, next);
                     let c = self.chunks.get(id);
-                    self.bins.insert(id, c.size, c.addr);
+                    let class = self.class_of(c.region);
+                    self.bins.insert_class(id, c.size, c.addr, class);
                 } else {
                     id = next;
                 }

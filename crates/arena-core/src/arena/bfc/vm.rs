@@ -137,10 +137,10 @@ impl Paged {
         self.pages.page_size()
     }
 
-    /// The page table and the pool a request of `rounded` bytes comes from, for the fit.
-    #[inline]
-    pub(super) fn pool_filter(&self, rounded: u64) -> (&PageTable, u8) {
-        (&self.pages, pool_for(rounded))
+    /// The class of bins (the pool) a request of `rounded` bytes is fitted from.
+    #[inline(always)]
+    pub(super) fn class_for(&self, rounded: u64) -> u8 {
+        pool_for(rounded)
     }
 
     /// Mapped bytes the headroom allows for a peak of `peak` chunk bytes in use.
@@ -231,6 +231,13 @@ impl State {
         self.stats.in_use - self.stats.reserved_bytes
     }
 
+    /// The class of bins the mapped free chunks of region `slot` are in: its range's pool (0
+    /// in the region mode).
+    #[inline(always)]
+    pub(super) fn class_of(&self, slot: u32) -> u8 {
+        self.pages.as_deref().map_or(0, |p| p.pages.pool(slot))
+    }
+
     /// Whether free chunk `id` is in the unmapped bins.
     pub(super) fn vm_holds_unmapped(&self, id: u32) -> bool {
         self.pages
@@ -262,7 +269,7 @@ impl State {
         });
         if need > 0 && self.vm_would_unmap(need, rounded) {
             let (chunks, hosted) = (&self.chunks, &self.hosted);
-            let any = self.bins.best_fit(rounded, |id| {
+            let any = self.bins.best_fit_any(rounded, |id| {
                 reusable(chunks.get(id), consumer, hosted, clock)
             });
             if let Some(id) = any {
@@ -544,7 +551,8 @@ impl State {
                 p.unmapped.insert(id, c.size, c.addr);
             }
         } else {
-            self.bins.insert(id, c.size, c.addr);
+            let class = self.class_of(c.region);
+            self.bins.insert_class(id, c.size, c.addr, class);
         }
     }
 
