@@ -1163,21 +1163,33 @@ impl State {
             (c.addr, c.size, c.requested_size, c.prev, c.next);
         c.requested_size = 0;
         self.stats.remove_in_use(size, requested);
-        // Absorb the free chunk above, taking over its bin entry.
-        let binned = next != NIL && self.mergeable(id, next);
-        if binned {
-            let merged = size + self.chunks.get(next).size;
-            self.bins.replace(next, id, merged, addr);
-            self.merge(id, next);
-        }
-        if prev != NIL && self.mergeable(prev, id) {
-            if binned {
-                self.bins.remove(id);
+        let above = next != NIL && self.mergeable(id, next);
+        // Whether the chunk below takes this one once it has taken the one above (whose
+        // stream it takes if it has none: see `merge`).
+        let below = prev != NIL && {
+            let (p, c) = (self.chunks.get(prev), self.chunks.get(id));
+            let stream = match c.stream {
+                0 if above => self.chunks.get(next).stream,
+                s => s,
+            };
+            !p.in_use && self.streams_merge(p.stream, stream)
+        };
+        if below {
+            // Both neighbours fold into the one below, which keeps its bin entry: one bin
+            // update fewer than moving the entry of the one above to this chunk first.
+            if above {
+                self.bins.remove(next);
+                self.merge(id, next);
             }
             self.merge(prev, id);
             let p = self.chunks.get(prev);
             self.bins.rekey(prev, p.size, p.addr);
-        } else if !binned {
+        } else if above {
+            // Absorb the free chunk above, taking over its bin entry.
+            let merged = size + self.chunks.get(next).size;
+            self.bins.replace(next, id, merged, addr);
+            self.merge(id, next);
+        } else {
             let c = self.chunks.get(id);
             let class = self.class_of(c.region);
             self.bins.insert_class(id, c.size, c.addr, class);
@@ -1189,13 +1201,17 @@ impl State {
     #[inline]
     fn mergeable(&self, a: u32, b: u32) -> bool {
         let (a, b) = (self.chunks.get(a), self.chunks.get(b));
-        !a.in_use
-            && !b.in_use
-            && (a.stream == b.stream
-                || self.absorb_unassigned
-                    && (a.stream == 0 || b.stream == 0)
-                    && a.stream != vm::UNMAPPED
-                    && b.stream != vm::UNMAPPED)
+        !a.in_use && !b.in_use && self.streams_merge(a.stream, b.stream)
+    }
+
+    /// Whether free chunks of streams `a` and `b` merge when adjacent.
+    #[inline(always)]
+    fn streams_merge(&self, a: StreamId, b: StreamId) -> bool {
+        a == b
+            || self.absorb_unassigned
+                && (a == 0 || b == 0)
+                && a != vm::UNMAPPED
+                && b != vm::UNMAPPED
     }
 
     /// Absorbs chunk `b` into the chunk `a` just below it. `b` must not be in a bin; `a`'s

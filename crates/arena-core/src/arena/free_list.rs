@@ -592,6 +592,61 @@ mod tests {
     }
 
     #[test]
+    fn random_rekeys_and_replacements_keep_the_order_and_the_best_fit() {
+        let mut f = FreeBins::new();
+        // Chunk id -> its key, for the brute-force answer.
+        let mut live: Vec<(u32, u64, u64)> = Vec::new();
+        let mut seed = 777u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut fresh = 0u32;
+        for _ in 0..5000 {
+            // Small size steps, so keys often stay between their neighbours (in place) and
+            // sometimes pass them (moved).
+            let size = 256 * (1 + next() % 64);
+            let addr = (next() % (1 << 30)) << 8;
+            if live.len() < 50 || next() % 4 == 0 {
+                f.insert(fresh, size, addr);
+                live.push((fresh, size, addr));
+                fresh += 1;
+                continue;
+            }
+            let k = (next() as usize) % live.len();
+            let (id, old_size, old_addr) = live[k];
+            let (size, addr) = match next() % 3 {
+                0 => (old_size + 256, old_addr),
+                1 => (old_size.saturating_sub(256).max(256), old_addr + 256),
+                _ => (size, addr),
+            };
+            if live.iter().any(|&(_, _, a)| a == addr) && addr != old_addr {
+                continue;
+            }
+            if next() % 2 == 0 {
+                f.rekey(id, size, addr);
+                live[k] = (id, size, addr);
+            } else {
+                f.replace(id, fresh, size, addr);
+                live[k] = (fresh, size, addr);
+                fresh += 1;
+            }
+        }
+        f.check().expect("consistent");
+        assert_eq!(f.len(), live.len());
+        for min in [256, 4096, 10_000, 16_384] {
+            let want = live
+                .iter()
+                .filter(|k| k.1 >= min)
+                .min_by_key(|k| (k.1, k.2))
+                .map(|k| k.0);
+            assert_eq!(f.best_fit(min, |_| true), want);
+        }
+    }
+
+    #[test]
     fn remove_unlinks_and_reports_absence() {
         let mut f = FreeBins::new();
         f.insert(3, 256, 0);

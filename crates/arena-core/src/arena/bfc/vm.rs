@@ -952,3 +952,34 @@ fn oom_for(size: u64, what: &str, e: ArenaError) -> ArenaError {
         e => e,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::{
+        Allocator, Arena, ArenaConfig, DeviceLimits, Stream, VirtualAllocator, VirtualMemory,
+    };
+    use std::sync::Arc;
+
+    #[test]
+    fn a_chunk_of_no_stream_freed_between_two_streams_free_chunks_joins_only_the_one_above() {
+        let raw =
+            VirtualAllocator::new(DeviceLimits::with_total(1 << 30)).with_granularity(1 << 16);
+        let vm: Arc<dyn VirtualMemory> = Arc::new(raw.vm());
+        let a = Arena::with_virtual_memory(raw, vm, ArenaConfig::default()).expect("arena");
+        let (s, t) = (Stream::new(), Stream::new());
+        // Adjacent in one page: s's, no stream's, t's.
+        let x = a.alloc_on_stream(4096, &s).expect("fits").expect("x");
+        let y = a.alloc(4096).expect("fits").expect("y");
+        let z = a.alloc_on_stream(4096, &t).expect("fits").expect("z");
+        assert_eq!((y, z), (x + 4096, x + 8192), "packed from the bottom");
+        a.free(x).expect("live");
+        a.free(z).expect("live");
+        a.free(y).expect("live");
+        // y joined t's free chunk above it (taking its stream), not s's below it: t takes
+        // both, with no wait on s.
+        let w = a.alloc_on_stream(8192, &t).expect("fits").expect("w");
+        assert_eq!(w, y);
+        a.free(w).expect("live");
+        a.check_invariants().expect("consistent");
+    }
+}
