@@ -11,7 +11,10 @@
 //! arena's, but for `arena.use_virtual_memory`). Each config replays the trace three times in
 //! one arena: the first pass measures memory (as the GPU benchmark's pass 0 does), the next
 //! two are warm. With `RATIO=n`, prints instead the median warm ns/op of both modes over `n`
-//! interleaved passes and their ratio; with `DUMP=dir`, writes each trace as text there.
+//! interleaved passes and their ratio; with `DUMP=dir`, writes each trace as text there; with
+//! `WARM=vm` (or `WARM=region`), replays one pass in that mode and then `PASSES` (default 1)
+//! warm ones in `warm_passes`, for profilers (`valgrind --tool=callgrind
+//! --toggle-collect='*warm_passes*'` counts the warm passes alone).
 use cuda_arena_core::trace::{replay, TraceOp};
 use cuda_arena_core::trace_format::parse_trace_bytes;
 use cuda_arena_core::{
@@ -223,6 +226,53 @@ fn ratio(
     Ok(())
 }
 
+/// `WARM=mode`: one pass to warm the arena up, then `passes` warm ones in [`warm_passes`].
+fn warm(
+    trace: &[TraceOp],
+    pairs: &[(String, String)],
+    vm: bool,
+    passes: usize,
+) -> Result<(), String> {
+    let mut cfg = ArenaConfig::from_pairs(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .map_err(|e| e.to_string())?;
+    cfg.use_virtual_memory = vm;
+    let raw = VirtualAllocator::default();
+    let arena = if vm {
+        let v: Arc<dyn VirtualMemory> = Arc::new(raw.vm());
+        Arena::with_virtual_memory(raw, v, cfg).map_err(|e| e.to_string())?
+    } else {
+        Arena::new(raw, cfg).map_err(|e| e.to_string())?
+    };
+    let streams = streams_for(trace);
+    replay(&arena, trace, &streams, false).map_err(|e| e.to_string())?;
+    let ns = warm_passes(&arena, trace, &streams, passes)?;
+    // Free chunks halfway through a warm pass: what the bins hold on the way.
+    let half = &trace[..trace.len() / 2];
+    replay(&arena, half, &streams, false).map_err(|e| e.to_string())?;
+    let log = arena.memory_log();
+    let chunks = log.regions.iter().flat_map(|r| &r.chunks);
+    let free = chunks.filter(|c| !c.in_use).count();
+    println!("{passes} warm pass(es): {ns:.1} ns/op; {free} free chunks halfway through a pass");
+    Ok(())
+}
+
+/// The warm passes alone, out of line so a profiler can count just them.
+#[inline(never)]
+fn warm_passes(
+    arena: &dyn Allocator,
+    trace: &[TraceOp],
+    streams: &[Stream],
+    passes: usize,
+) -> Result<f64, String> {
+    let mut ns = 0.0;
+    for _ in 0..passes {
+        ns = replay(arena, trace, streams, false)
+            .map_err(|e| e.to_string())?
+            .ns_per_op();
+    }
+    Ok(ns)
+}
+
 fn main() -> Result<(), String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let split = args.iter().position(|a| a == "--").unwrap_or(args.len());
@@ -250,6 +300,14 @@ fn main() -> Result<(), String> {
             continue;
         }
         let short = name.rsplit('/').next().unwrap_or(name);
+        if let Ok(mode) = std::env::var("WARM") {
+            let passes = std::env::var("PASSES")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1);
+            warm(&trace, &pairs, mode == "vm", passes)?;
+            continue;
+        }
         if let Some(rounds) = std::env::var("RATIO").ok().and_then(|v| v.parse().ok()) {
             ratio(short, &trace, &pairs, rounds)?;
             continue;

@@ -1053,27 +1053,27 @@ impl State {
     fn find(&self, rounded: u64, consumer: StreamId, stream: Option<&Stream>) -> Option<u32> {
         let chunks = &self.chunks;
         let hosted = &self.hosted;
-        let pool = self.pages.as_deref().map(|p| p.pool_filter(rounded));
+        let class = self.pages.as_deref().map_or(0, |p| p.class_for(rounded));
         let mut clock = None;
-        self.bins.best_fit(
+        self.bins.best_fit_class(
+            class,
             rounded,
             #[inline(always)]
             |id| {
                 let c = chunks.get(id);
-                pool.is_none_or(|(pages, want)| pages.pool(c.region) == want)
-                    && (c.stream == consumer || c.stream == 0 || {
-                        // ORT's rule: the consumer's own chunk, an unassigned one, or one whose
-                        // stream the consumer has waited on since the chunk was handed out
-                        // there; for a host stream with events, one whose free that stream's
-                        // work is known past.
-                        match hosted.binary_search_by_key(&c.stream, |e| e.0) {
-                            Ok(i) => hosted[i].1.is_complete(c.sync_id),
-                            Err(_) => stream.is_some_and(|s| {
-                                let clock = clock.get_or_insert_with(|| s.clock());
-                                c.sync_id < clock.last_wait(c.stream)
-                            }),
-                        }
-                    })
+                c.stream == consumer || c.stream == 0 || {
+                    // ORT's rule: the consumer's own chunk, an unassigned one, or one whose
+                    // stream the consumer has waited on since the chunk was handed out
+                    // there; for a host stream with events, one whose free that stream's
+                    // work is known past.
+                    match hosted.binary_search_by_key(&c.stream, |e| e.0) {
+                        Ok(i) => hosted[i].1.is_complete(c.sync_id),
+                        Err(_) => stream.is_some_and(|s| {
+                            let clock = clock.get_or_insert_with(|| s.clock());
+                            c.sync_id < clock.last_wait(c.stream)
+                        }),
+                    }
+                }
             },
         )
     }
@@ -1163,23 +1163,36 @@ impl State {
             (c.addr, c.size, c.requested_size, c.prev, c.next);
         c.requested_size = 0;
         self.stats.remove_in_use(size, requested);
-        // Absorb the free chunk above, taking over its bin entry.
-        let binned = next != NIL && self.mergeable(id, next);
-        if binned {
-            let merged = size + self.chunks.get(next).size;
-            self.bins.replace(next, id, merged, addr);
-            self.merge(id, next);
-        }
-        if prev != NIL && self.mergeable(prev, id) {
-            if binned {
-                self.bins.remove(id);
+        let above = next != NIL && self.mergeable(id, next);
+        // Whether the chunk below takes this one once it has taken the one above (whose
+        // stream it takes if it has none: see `merge`).
+        let below = prev != NIL && {
+            let (p, c) = (self.chunks.get(prev), self.chunks.get(id));
+            let stream = match c.stream {
+                0 if above => self.chunks.get(next).stream,
+                s => s,
+            };
+            !p.in_use && self.streams_merge(p.stream, stream)
+        };
+        if below {
+            // Both neighbours fold into the one below, which keeps its bin entry: one bin
+            // update fewer than moving the entry of the one above to this chunk first.
+            if above {
+                self.bins.remove(next);
+                self.merge(id, next);
             }
             self.merge(prev, id);
             let p = self.chunks.get(prev);
             self.bins.rekey(prev, p.size, p.addr);
-        } else if !binned {
+        } else if above {
+            // Absorb the free chunk above, taking over its bin entry.
+            let merged = size + self.chunks.get(next).size;
+            self.bins.replace(next, id, merged, addr);
+            self.merge(id, next);
+        } else {
             let c = self.chunks.get(id);
-            self.bins.insert(id, c.size, c.addr);
+            let class = self.class_of(c.region);
+            self.bins.insert_class(id, c.size, c.addr, class);
         }
     }
 
@@ -1188,13 +1201,17 @@ impl State {
     #[inline]
     fn mergeable(&self, a: u32, b: u32) -> bool {
         let (a, b) = (self.chunks.get(a), self.chunks.get(b));
-        !a.in_use
-            && !b.in_use
-            && (a.stream == b.stream
-                || self.absorb_unassigned
-                    && (a.stream == 0 || b.stream == 0)
-                    && a.stream != vm::UNMAPPED
-                    && b.stream != vm::UNMAPPED)
+        !a.in_use && !b.in_use && self.streams_merge(a.stream, b.stream)
+    }
+
+    /// Whether free chunks of streams `a` and `b` merge when adjacent.
+    #[inline(always)]
+    fn streams_merge(&self, a: StreamId, b: StreamId) -> bool {
+        a == b
+            || self.absorb_unassigned
+                && (a == 0 || b == 0)
+                && a != vm::UNMAPPED
+                && b != vm::UNMAPPED
     }
 
     /// Absorbs chunk `b` into the chunk `a` just below it. `b` must not be in a bin; `a`'s
@@ -1344,7 +1361,8 @@ impl State {
             } else {
                 self.chunks.get_mut(prev).next = id;
             }
-            self.bins.insert(id, c.size, c.addr);
+            let class = self.class_of(slot);
+            self.bins.insert_class(id, c.size, c.addr, class);
             prev = id;
         }
         self.stats.total_allocated += d.region.size;
@@ -1421,7 +1439,8 @@ impl State {
                     self.bins.remove(next);
                     self.merge(id, next);
                     let c = self.chunks.get(id);
-                    self.bins.insert(id, c.size, c.addr);
+                    let class = self.class_of(c.region);
+                    self.bins.insert_class(id, c.size, c.addr, class);
                 } else {
                     id = next;
                 }

@@ -2,6 +2,11 @@
 //! first chunk at or above a size in a bin is the best fit with the lowest-address
 //! tie-break that ONNX Runtime's `std::set` bins give.
 //!
+//! Chunks come in [`CLASSES`] classes, each with bins of its own: the virtual-memory mode's
+//! pools (a request searches only its pool's bins, instead of walking past the other pool's
+//! chunks of the same sizes); the region mode uses class 0 alone. A chunk keeps its class
+//! until it leaves the bins.
+//!
 //! Each set is an intrusive treap over chunk ids: the nodes live in one vector indexed by
 //! id, so inserting and removing never allocate once the vector has grown, and a bin with
 //! one chunk costs a root store. A bitmap of non-empty bins skips empty ones.
@@ -10,6 +15,24 @@ use crate::bins::{bin_for_size, NUM_BINS};
 
 /// "No chunk".
 pub const NIL: u32 = u32::MAX;
+
+/// Number of classes of chunks, each with its own bins.
+pub const CLASSES: usize = 2;
+
+/// Roots of the bins of every class: class `k`'s bin `b` is slot `k * NUM_BINS + b`.
+const SLOTS: usize = CLASSES * NUM_BINS;
+
+/// The slot of bin `b` of class `class` (classes past the last are the last).
+#[inline(always)]
+fn slot(class: u8, b: usize) -> usize {
+    (class as usize).min(CLASSES - 1) * NUM_BINS + b
+}
+
+/// Slots `lo..hi` as a bitmask.
+#[inline(always)]
+fn slot_mask(lo: usize, hi: usize) -> u64 {
+    (!0u64 >> (64 - hi)) & !((1u64 << lo) - 1)
+}
 
 /// A place a subtree hangs from.
 #[derive(Debug, Clone, Copy)]
@@ -29,6 +52,8 @@ struct Node {
     prio: u32,
     /// Whether this id is currently in a bin.
     linked: bool,
+    /// Its class.
+    class: u8,
 }
 
 const EMPTY_NODE: Node = Node {
@@ -38,15 +63,16 @@ const EMPTY_NODE: Node = Node {
     right: NIL,
     prio: 0,
     linked: false,
+    class: 0,
 };
 
 /// Free chunks indexed by bin; see the module docs.
 #[derive(Debug)]
 pub struct FreeBins {
     nodes: Vec<Node>,
-    roots: [u32; NUM_BINS],
-    /// Bit `b` set iff `roots[b] != NIL`.
-    non_empty: u32,
+    roots: [u32; SLOTS],
+    /// Bit `s` set iff `roots[s] != NIL`.
+    non_empty: u64,
     len: usize,
     rng: u32,
 }
@@ -62,7 +88,7 @@ impl FreeBins {
     pub fn new() -> Self {
         FreeBins {
             nodes: Vec::new(),
-            roots: [NIL; NUM_BINS],
+            roots: [NIL; SLOTS],
             non_empty: 0,
             len: 0,
             rng: 0x9E37_79B9,
@@ -101,15 +127,23 @@ impl FreeBins {
         x
     }
 
-    /// Adds chunk `id` of `size` bytes at `addr` to its bin. `id` must not be in a bin.
+    /// Adds chunk `id` of `size` bytes at `addr` to its bin of class 0. `id` must not be in
+    /// a bin.
     #[inline]
     pub fn insert(&mut self, id: u32, size: u64, addr: u64) {
+        self.insert_class(id, size, addr, 0);
+    }
+
+    /// Adds chunk `id` of `size` bytes at `addr` to its bin of class `class`. `id` must not
+    /// be in a bin.
+    #[inline]
+    pub fn insert_class(&mut self, id: u32, size: u64, addr: u64, class: u8) {
         let i = id as usize;
         if i >= self.nodes.len() {
             self.nodes.resize(i + 1, EMPTY_NODE);
         }
         debug_assert!(!self.nodes[i].linked, "chunk {id} is already in a bin");
-        let b = bin_for_size(size);
+        let b = slot(class, bin_for_size(size));
         let root = self.roots[b];
         // An empty bin needs no priority and no descent.
         let prio = if root == NIL { 0 } else { self.next_prio() };
@@ -120,6 +154,7 @@ impl FreeBins {
             right: NIL,
             prio,
             linked: true,
+            class: (class as usize).min(CLASSES - 1) as u8,
         };
         if root == NIL {
             self.roots[b] = id;
@@ -137,7 +172,7 @@ impl FreeBins {
             return false;
         }
         let n = self.nodes[id as usize];
-        let b = bin_for_size(n.size);
+        let b = slot(n.class, bin_for_size(n.size));
         if self.roots[b] == id && n.left == NIL && n.right == NIL {
             self.roots[b] = NIL;
         } else {
@@ -158,7 +193,10 @@ impl FreeBins {
     pub fn rekey(&mut self, id: u32, size: u64, addr: u64) {
         let n = self.nodes[id as usize];
         debug_assert!(n.linked, "chunk {id} is not in a bin");
-        let (from, to) = (bin_for_size(n.size), bin_for_size(size));
+        let (from, to) = (
+            slot(n.class, bin_for_size(n.size)),
+            slot(n.class, bin_for_size(size)),
+        );
         if self.roots[from] == id
             && n.left == NIL
             && n.right == NIL
@@ -176,14 +214,17 @@ impl FreeBins {
         }
     }
 
-    /// Puts chunk `new` (not in a bin) in place of chunk `old` (in a bin), with a new key:
-    /// what a split or merge does when one chunk takes over another's free space. Done in
-    /// place under the same conditions as [`FreeBins::rekey`].
+    /// Puts chunk `new` (not in a bin) in place of chunk `old` (in a bin), with a new key and
+    /// `old`'s class: what a split or merge does when one chunk takes over another's free
+    /// space. Done in place under the same conditions as [`FreeBins::rekey`].
     #[inline(always)]
     pub fn replace(&mut self, old: u32, new: u32, size: u64, addr: u64) {
         let n = self.nodes[old as usize];
         debug_assert!(n.linked, "chunk {old} is not in a bin");
-        let (from, to) = (bin_for_size(n.size), bin_for_size(size));
+        let (from, to) = (
+            slot(n.class, bin_for_size(n.size)),
+            slot(n.class, bin_for_size(size)),
+        );
         let i = new as usize;
         if i < self.nodes.len()
             && self.roots[from] == old
@@ -211,23 +252,38 @@ impl FreeBins {
     #[cold]
     #[inline(never)]
     fn replace_slow(&mut self, old: u32, new: u32, size: u64, addr: u64) {
+        let class = self.nodes[old as usize].class;
         self.remove(old);
-        self.insert(new, size, addr);
+        self.insert_class(new, size, addr, class);
     }
 
     /// `rekey`'s general case, out of line so the fast path stays small.
     #[cold]
     #[inline(never)]
     fn move_chunk(&mut self, id: u32, size: u64, addr: u64) {
+        let class = self.nodes[id as usize].class;
         self.remove(id);
-        self.insert(id, size, addr);
+        self.insert_class(id, size, addr, class);
     }
 
-    /// The smallest free chunk of at least `min_size` bytes that `accept` takes, ties broken
-    /// by lowest address: bins in ascending order, each in `(size, address)` order.
+    /// The smallest free chunk of class 0 of at least `min_size` bytes that `accept` takes,
+    /// ties broken by lowest address: bins in ascending order, each in `(size, address)`
+    /// order.
     #[inline(always)]
-    pub fn best_fit(&self, min_size: u64, mut accept: impl FnMut(u32) -> bool) -> Option<u32> {
-        let mask = self.non_empty & !((1u32 << bin_for_size(min_size)) - 1);
+    pub fn best_fit(&self, min_size: u64, accept: impl FnMut(u32) -> bool) -> Option<u32> {
+        self.best_fit_class(0, min_size, accept)
+    }
+
+    /// As [`FreeBins::best_fit`], among the chunks of class `class`.
+    #[inline(always)]
+    pub fn best_fit_class(
+        &self,
+        class: u8,
+        min_size: u64,
+        mut accept: impl FnMut(u32) -> bool,
+    ) -> Option<u32> {
+        let first = slot(class, bin_for_size(min_size));
+        let mask = self.non_empty & slot_mask(first, slot(class, 0) + NUM_BINS);
         if mask == 0 {
             return None;
         }
@@ -240,10 +296,18 @@ impl FreeBins {
         self.best_fit_in(mask, min_size, accept)
     }
 
+    /// As [`FreeBins::best_fit`], among the chunks of every class: the smallest of each
+    /// class's best fit.
+    pub fn best_fit_any(&self, min_size: u64, mut accept: impl FnMut(u32) -> bool) -> Option<u32> {
+        (0..CLASSES as u8)
+            .filter_map(|class| self.best_fit_class(class, min_size, &mut accept))
+            .min_by_key(|&id| self.key(id))
+    }
+
     #[inline(never)]
     fn best_fit_in(
         &self,
-        mut mask: u32,
+        mut mask: u64,
         min_size: u64,
         mut accept: impl FnMut(u32) -> bool,
     ) -> Option<u32> {
@@ -295,11 +359,19 @@ impl FreeBins {
         self.find(n.right, min_size, accept)
     }
 
-    /// Ids in bin `b`, in `(size, address)` order.
+    /// Ids in bin `b` of every class: class by class, each in `(size, address)` order.
     pub fn bin_ids(&self, b: usize) -> Vec<u32> {
         let mut out = Vec::new();
-        self.collect(self.roots[b], &mut out);
+        for class in 0..CLASSES as u8 {
+            self.collect(self.roots[slot(class, b)], &mut out);
+        }
         out
+    }
+
+    /// The class of chunk `id`, which is in a bin.
+    #[cfg(test)]
+    fn class_of(&self, id: u32) -> u8 {
+        self.nodes[id as usize].class
     }
 
     fn collect(&self, t: u32, out: &mut Vec<u32>) {
@@ -403,10 +475,12 @@ impl FreeBins {
     /// its size names, the bitmap and the count. Returns a description of the first fault.
     pub fn check(&self) -> Result<(), String> {
         let mut total = 0;
-        for b in 0..NUM_BINS {
-            let ids = self.bin_ids(b);
-            if ids.is_empty() != (self.non_empty & (1 << b) == 0) {
-                return Err(format!("bitmap bit {b} disagrees with the bin"));
+        for s in 0..SLOTS {
+            let (class, b) = ((s / NUM_BINS) as u8, s % NUM_BINS);
+            let mut ids = Vec::new();
+            self.collect(self.roots[s], &mut ids);
+            if ids.is_empty() != (self.non_empty & (1 << s) == 0) {
+                return Err(format!("bitmap bit {s} disagrees with the bin"));
             }
             for w in ids.windows(2) {
                 if self.key(w[0]) >= self.key(w[1]) {
@@ -418,8 +492,11 @@ impl FreeBins {
             }
             for &id in &ids {
                 let n = self.nodes[id as usize];
-                if !n.linked || bin_for_size(n.size) != b {
-                    return Err(format!("chunk {id} of {} bytes is in bin {b}", n.size));
+                if !n.linked || bin_for_size(n.size) != b || n.class != class {
+                    return Err(format!(
+                        "chunk {id} of {} bytes, class {}, is in bin {b} of class {class}",
+                        n.size, n.class
+                    ));
                 }
                 for child in [n.left, n.right] {
                     if child != NIL && self.nodes[child as usize].prio > n.prio {
@@ -477,6 +554,96 @@ mod tests {
         f.insert(0, 4096 + 256, 0);
         f.insert(1, 4096 + 1024, 0x10000);
         assert_eq!(f.best_fit(4096 + 512, |_| true), Some(1));
+    }
+
+    #[test]
+    fn a_search_sees_only_the_chunks_of_its_class() {
+        let mut f = FreeBins::new();
+        f.insert_class(0, 1024, 0x1000, 1);
+        f.insert_class(1, 2048, 0x2000, 0);
+        assert_eq!(f.best_fit_class(0, 512, |_| true), Some(1));
+        assert_eq!(f.best_fit_class(1, 512, |_| true), Some(0));
+        assert_eq!(f.best_fit_class(1, 1500, |_| true), None);
+        f.check().expect("consistent");
+    }
+
+    #[test]
+    fn best_fit_any_takes_the_smallest_adequate_chunk_of_any_class() {
+        let mut f = FreeBins::new();
+        f.insert_class(0, 4096, 0x1000, 0);
+        f.insert_class(1, 2048, 0x9000, 1);
+        f.insert_class(2, 2048, 0x5000, 0);
+        assert_eq!(f.best_fit_any(1024, |_| true), Some(2));
+        assert_eq!(f.best_fit_any(1024, |id| id != 2), Some(1));
+        assert_eq!(f.best_fit_any(3000, |_| true), Some(0));
+    }
+
+    #[test]
+    fn a_chunk_keeps_its_class_when_rekeyed_or_replaced() {
+        let mut f = FreeBins::new();
+        f.insert_class(0, 1024, 0x1000, 1);
+        f.insert_class(5, 1024, 0x8000, 1);
+        f.rekey(0, 1 << 20, 0x1000);
+        f.replace(5, 6, 512, 0x8200);
+        f.check().expect("consistent");
+        assert_eq!((f.class_of(0), f.class_of(6)), (1, 1));
+        assert_eq!(f.best_fit_class(0, 256, |_| true), None);
+        assert_eq!(f.best_fit_class(1, 256, |_| true), Some(6));
+    }
+
+    #[test]
+    fn random_rekeys_and_replacements_keep_the_order_and_the_best_fit() {
+        let mut f = FreeBins::new();
+        // Chunk id -> its key, for the brute-force answer.
+        let mut live: Vec<(u32, u64, u64)> = Vec::new();
+        let mut seed = 777u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut fresh = 0u32;
+        for _ in 0..5000 {
+            // Small size steps, so keys often stay between their neighbours (in place) and
+            // sometimes pass them (moved).
+            let size = 256 * (1 + next() % 64);
+            let addr = (next() % (1 << 30)) << 8;
+            if live.len() < 50 || next() % 4 == 0 {
+                f.insert(fresh, size, addr);
+                live.push((fresh, size, addr));
+                fresh += 1;
+                continue;
+            }
+            let k = (next() as usize) % live.len();
+            let (id, old_size, old_addr) = live[k];
+            let (size, addr) = match next() % 3 {
+                0 => (old_size + 256, old_addr),
+                1 => (old_size.saturating_sub(256).max(256), old_addr + 256),
+                _ => (size, addr),
+            };
+            if live.iter().any(|&(_, _, a)| a == addr) && addr != old_addr {
+                continue;
+            }
+            if next() % 2 == 0 {
+                f.rekey(id, size, addr);
+                live[k] = (id, size, addr);
+            } else {
+                f.replace(id, fresh, size, addr);
+                live[k] = (fresh, size, addr);
+                fresh += 1;
+            }
+        }
+        f.check().expect("consistent");
+        assert_eq!(f.len(), live.len());
+        for min in [256, 4096, 10_000, 16_384] {
+            let want = live
+                .iter()
+                .filter(|k| k.1 >= min)
+                .min_by_key(|k| (k.1, k.2))
+                .map(|k| k.0);
+            assert_eq!(f.best_fit(min, |_| true), want);
+        }
     }
 
     #[test]

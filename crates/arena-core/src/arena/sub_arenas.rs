@@ -238,7 +238,13 @@ impl SubArenas {
 
     /// Moves the budget by what a sub-arena holds now (`after`) against before (`before`):
     /// virtual-memory mode maps and unmaps pages under the sub-arena's lock.
+    /// Nothing moved, nothing is written: most frees unmap nothing, and an atomic write per
+    /// free was a tenth of the virtual-memory mode's free path.
+    #[inline]
     pub(crate) fn follow_budget(&self, before: u64, after: u64) {
+        if after == before {
+            return;
+        }
         if after > before {
             self.held.fetch_add(after - before, Ordering::AcqRel);
         } else {

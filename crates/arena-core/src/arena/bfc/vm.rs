@@ -138,10 +138,10 @@ impl Paged {
         self.pages.page_size()
     }
 
-    /// The page table and the pool a request of `rounded` bytes comes from, for the fit.
-    #[inline]
-    pub(super) fn pool_filter(&self, rounded: u64) -> (&PageTable, u8) {
-        (&self.pages, pool_for(rounded))
+    /// The class of bins (the pool) a request of `rounded` bytes is fitted from.
+    #[inline(always)]
+    pub(super) fn class_for(&self, rounded: u64) -> u8 {
+        pool_for(rounded)
     }
 
     /// Mapped bytes the headroom allows for a peak of `peak` chunk bytes in use.
@@ -232,6 +232,13 @@ impl State {
         self.stats.in_use - self.stats.reserved_bytes
     }
 
+    /// The class of bins the mapped free chunks of region `slot` are in: its range's pool (0
+    /// in the region mode).
+    #[inline(always)]
+    pub(super) fn class_of(&self, slot: u32) -> u8 {
+        self.pages.as_deref().map_or(0, |p| p.pages.pool(slot))
+    }
+
     /// Whether free chunk `id` is in the unmapped bins.
     pub(super) fn vm_holds_unmapped(&self, id: u32) -> bool {
         self.pages
@@ -263,7 +270,7 @@ impl State {
         });
         if need > 0 && self.vm_would_unmap(need, rounded) {
             let (chunks, hosted) = (&self.chunks, &self.hosted);
-            let any = self.bins.best_fit(rounded, |id| {
+            let any = self.bins.best_fit_any(rounded, |id| {
                 reusable(chunks.get(id), consumer, hosted, clock)
             });
             if let Some(id) = any {
@@ -545,7 +552,8 @@ impl State {
                 p.unmapped.insert(id, c.size, c.addr);
             }
         } else {
-            self.bins.insert(id, c.size, c.addr);
+            let class = self.class_of(c.region);
+            self.bins.insert_class(id, c.size, c.addr, class);
         }
     }
 
@@ -943,5 +951,36 @@ fn oom_for(size: u64, what: &str, e: ArenaError) -> ArenaError {
             ArenaError::oom(size, format!("{what} for it: {reason}"))
         }
         e => e,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{
+        Allocator, Arena, ArenaConfig, DeviceLimits, Stream, VirtualAllocator, VirtualMemory,
+    };
+    use std::sync::Arc;
+
+    #[test]
+    fn a_chunk_of_no_stream_freed_between_two_streams_free_chunks_joins_only_the_one_above() {
+        let raw =
+            VirtualAllocator::new(DeviceLimits::with_total(1 << 30)).with_granularity(1 << 16);
+        let vm: Arc<dyn VirtualMemory> = Arc::new(raw.vm());
+        let a = Arena::with_virtual_memory(raw, vm, ArenaConfig::default()).expect("arena");
+        let (s, t) = (Stream::new(), Stream::new());
+        // Adjacent in one page: s's, no stream's, t's.
+        let x = a.alloc_on_stream(4096, &s).expect("fits").expect("x");
+        let y = a.alloc(4096).expect("fits").expect("y");
+        let z = a.alloc_on_stream(4096, &t).expect("fits").expect("z");
+        assert_eq!((y, z), (x + 4096, x + 8192), "packed from the bottom");
+        a.free(x).expect("live");
+        a.free(z).expect("live");
+        a.free(y).expect("live");
+        // y joined t's free chunk above it (taking its stream), not s's below it: t takes
+        // both, with no wait on s.
+        let w = a.alloc_on_stream(8192, &t).expect("fits").expect("w");
+        assert_eq!(w, y);
+        a.free(w).expect("live");
+        a.check_invariants().expect("consistent");
     }
 }
