@@ -18,6 +18,8 @@
 # ALLOCATORS (default "torch-default torch-expandable cudaMallocAsync-max arena-base arena vm"),
 # SPEED_REPEATS (3: today's arena and the new mode, whose times the bar compares, each run in
 # that many processes, alternating; one process's time can be 20 % off another's).
+# PIN (unset): CPUs to pin every replay process to (taskset -c PIN), e.g. 3, against the
+# scheduler's placement, which on a shared machine moves one process's time by up to 2x.
 # The bars: OUT/bars.md (scripts/gpu/memory_bars.py), last line "memory-bars: PASS" or FAIL.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -64,7 +66,9 @@ TORCH_LDP=$(dirname "$(find "$(dirname "$TORCH_DIR")"/nvidia -name 'libcudart.so
 replay() {  # label trace args...
   local label=$1 t=$2; shift 2
   say "run $label $t"
-  timeout $((BUDGET_S * 4 + 60)) "$B/replay" --trace "$B/traces/$t.trc" --reps "$REPS" \
+  local pin=()
+  [ -n "${PIN:-}" ] && pin=(taskset -c "$PIN")
+  timeout $((BUDGET_S * 4 + 60)) "${pin[@]}" "$B/replay" --trace "$B/traces/$t.trc" --reps "$REPS" \
     --budget-s "$BUDGET_S" --label "$label" --json "$RES" "$@" >>"$LOG" 2>&1
   local rc=$?
   [ $rc -eq 0 ] || say "  FAILED rc=$rc ($label $t)"
