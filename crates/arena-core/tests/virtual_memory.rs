@@ -195,28 +195,33 @@ fn with_room_under_the_headroom_a_small_request_maps_a_page_of_its_own_pool() {
     a.check_invariants().expect("consistent");
 }
 
+/// One round that wants 6 MiB where only a 4 MiB hole is mapped, everything freed after;
+/// returns the bytes mapped at the round's peak.
+fn churn_round(a: &Arena<VirtualAllocator>) -> u64 {
+    let x = alloc(a, 4 * MIB);
+    let y = alloc(a, 4 * MIB);
+    let z = alloc(a, 4 * MIB);
+    a.free(y).expect("live");
+    let w = alloc(a, 6 * MIB);
+    let mapped = a.stats().total_allocated;
+    for p in [x, z, w] {
+        a.free(p).expect("live");
+    }
+    mapped
+}
+
 #[test]
 fn pages_the_headroom_unmaps_and_wants_back_grow_the_headroom_instead_of_churning() {
     // Each round wants 6 MiB where only a 4 MiB hole is mapped: with no headroom the hole's
     // pages go out for new ones, and back in next round. Once that is seen, the headroom
     // grows (within 30 % of the peak) and the rounds stop calling the driver.
     let a = vm_arena(GIB, PAGE, &[("arena.vm_peak_headroom_percent", "0")]);
-    let round = || {
-        let x = alloc(&a, 4 * MIB);
-        let y = alloc(&a, 4 * MIB);
-        let z = alloc(&a, 4 * MIB);
-        a.free(y).expect("live");
-        let w = alloc(&a, 6 * MIB);
-        for p in [x, z, w] {
-            a.free(p).expect("live");
-        }
-    };
     for _ in 0..4 {
-        round();
+        churn_round(&a);
     }
     let calls = (map_calls(&a), a.raw().raw_stats().raw_frees);
     for _ in 0..20 {
-        round();
+        churn_round(&a);
     }
     assert_eq!((map_calls(&a), a.raw().raw_stats().raw_frees), calls);
     let peak = a.stats().max_in_use;
@@ -238,23 +243,12 @@ fn a_churn_headroom_of_zero_keeps_the_headroom_where_it_was_set() {
         ],
     );
     let mut most_mapped = 0;
-    let round = |most: &mut u64| {
-        let x = alloc(&a, 4 * MIB);
-        let y = alloc(&a, 4 * MIB);
-        let z = alloc(&a, 4 * MIB);
-        a.free(y).expect("live");
-        let w = alloc(&a, 6 * MIB);
-        *most = (*most).max(a.stats().total_allocated);
-        for p in [x, z, w] {
-            a.free(p).expect("live");
-        }
-    };
     for _ in 0..4 {
-        round(&mut most_mapped);
+        most_mapped = most_mapped.max(churn_round(&a));
     }
     let calls = (map_calls(&a), a.raw().raw_stats().raw_frees);
     for _ in 0..20 {
-        round(&mut most_mapped);
+        most_mapped = most_mapped.max(churn_round(&a));
     }
     let after = (map_calls(&a), a.raw().raw_stats().raw_frees);
     assert!(

@@ -198,32 +198,35 @@ where
     others
 }
 
+/// A sub-arena reduced to what the escrow reads, for the tests below.
+#[cfg(test)]
+#[derive(Debug, Default)]
+struct Toy {
+    in_use: u64,
+    peak: u64,
+    quota: u64,
+}
+
+#[cfg(test)]
+impl Metered for Toy {
+    fn in_use(&self) -> u64 {
+        self.in_use
+    }
+    fn peak(&self) -> u64 {
+        self.peak
+    }
+    fn quota(&self) -> u64 {
+        self.quota
+    }
+    fn set_quota(&mut self, quota: u64) {
+        self.quota = quota;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use parking_lot::Mutex;
-
-    #[derive(Debug, Default)]
-    struct Toy {
-        in_use: u64,
-        peak: u64,
-        quota: u64,
-    }
-
-    impl Metered for Toy {
-        fn in_use(&self) -> u64 {
-            self.in_use
-        }
-        fn peak(&self) -> u64 {
-            self.peak
-        }
-        fn quota(&self) -> u64 {
-            self.quota
-        }
-        fn set_quota(&mut self, quota: u64) {
-            self.quota = quota;
-        }
-    }
 
     fn charge(subs: &[Mutex<Toy>], ledger: &mut Ledger, me: usize, bytes: u64) {
         let mut mine = subs[me].lock();
@@ -312,28 +315,6 @@ mod shuttle_checks {
     use shuttle::sync::atomic::{AtomicU64, Ordering};
     use shuttle::sync::{Mutex, MutexGuard};
     use std::sync::Arc;
-
-    #[derive(Debug, Default)]
-    struct Toy {
-        in_use: u64,
-        peak: u64,
-        quota: u64,
-    }
-
-    impl Metered for Toy {
-        fn in_use(&self) -> u64 {
-            self.in_use
-        }
-        fn peak(&self) -> u64 {
-            self.peak
-        }
-        fn quota(&self) -> u64 {
-            self.quota
-        }
-        fn set_quota(&mut self, quota: u64) {
-            self.quota = quota;
-        }
-    }
 
     struct World {
         subs: Vec<Mutex<Toy>>,
