@@ -20,5 +20,15 @@ echo "== virtual-memory GPU tests (crates/cuda-sys-bridge/tests/gpu_vmm.rs, the 
 .device/gpu-vmm-tests --ignored --test-threads=1 --nocapture || status=1
 
 echo
+echo "== what each driver call costs per 2 MiB page (scripts/gpu/vmm_cost.cpp; informational)"
+CUDA=${CUDA_HOME:-/usr/local/cuda}
+if g++ -O2 -std=c++17 -I"$CUDA/include" scripts/gpu/vmm_cost.cpp -L"$CUDA/lib64" -L"$CUDA/lib64/stubs" \
+  -lcuda -o /tmp/vmm_cost; then
+  /tmp/vmm_cost 16 5
+else
+  echo "vmm_cost did not build (no CUDA headers?): skipped"
+fi
+
+echo
 if [ "$status" -eq 0 ]; then echo "vmm: PASS"; else echo "vmm: FAIL"; fi
 exit "$status"

@@ -412,8 +412,8 @@ pub(crate) fn mem_set_access(ptr: u64, size: u64, device: u32) -> Result<()> {
 }
 
 pub(crate) fn mem_unmap(ptr: u64, size: u64) -> Result<()> {
-    // SAFETY: `[ptr, ptr+size)` is exactly one mapping of ours that no live allocation uses
-    // and no queued work touches (the caller synchronised the context first).
+    // SAFETY: `[ptr, ptr+size)` is whole mappings of ours (one or a run of them) that no live
+    // allocation uses and no queued work touches (the caller synchronised the context first).
     unsafe { sys::cuMemUnmap(ptr, size as usize) }
         .result()
         .map_err(map("cuMemUnmap", 0))
