@@ -15,6 +15,7 @@ test('the typed virtual-memory fields give the raw arena.vm_* pairs', (t) => {
     vmUnmapThresholdBytes: 0,
     vmPeakHeadroomPercent: 5,
     vmChurnHeadroomPercent: 0,
+    vmMapUnitBytes: 0n,
   }
   const raw = parseArenaConfig(typed)
   t.is(raw['arena.use_virtual_memory'], '1')
@@ -23,10 +24,12 @@ test('the typed virtual-memory fields give the raw arena.vm_* pairs', (t) => {
   t.is(raw['arena.vm_unmap_threshold_bytes'], '0')
   t.is(raw['arena.vm_peak_headroom_percent'], '5')
   t.is(raw['arena.vm_churn_headroom_percent'], '0')
+  t.is(raw['arena.vm_map_unit_bytes'], '0')
   const defaults = parseArenaConfig({})
   t.is(defaults['arena.use_virtual_memory'], '0', 'opt-in')
   t.is(defaults['arena.vm_peak_headroom_percent'], '2')
   t.is(defaults['arena.vm_churn_headroom_percent'], '30')
+  t.is(defaults['arena.vm_map_unit_bytes'], '67108864')
   t.false('arena.vm_unmap_threshold_bytes' in defaults, 'no threshold unless given')
 })
 
@@ -35,6 +38,7 @@ test('bad virtual-memory values are refused with a code', (t) => {
   throwsCode(t, () => parseArenaConfig({ vmPageSizeBytes: 3000 }), 'ERR_ARENA_INVALID_CONFIG')
   throwsCode(t, () => parseArenaConfig({ vmPeakHeadroomPercent: 1001 }), 'ERR_ARENA_INVALID_CONFIG')
   throwsCode(t, () => parseArenaConfig({ vmChurnHeadroomPercent: 1001 }), 'ERR_ARENA_INVALID_CONFIG')
+  throwsCode(t, () => parseArenaConfig({ vmMapUnitBytes: 2n ** 62n + 1n }), 'ERR_ARENA_INVALID_CONFIG')
   throwsCode(t, () => parseArenaConfig({ 'arena.vm_unmap_threshold_bytes': '-1' }), 'ERR_ARENA_INVALID_CONFIG')
   const f = factory('virtual')
   // 64 KiB pages on a device that maps 2 MiB at a time.

@@ -48,6 +48,8 @@ export interface ArenaConfig {
   vmPeakHeadroomPercent?: number | bigint
   /** `arena.vm_churn_headroom_percent`: when a mapping wants back pages the headroom recently had unmapped, the headroom grows by them instead, up to this percentage of the peak in use, 0 … 1000 (at or below `vmPeakHeadroomPercent`: it never grows). Default 30. */
   vmChurnHeadroomPercent?: number | bigint
+  /** `arena.vm_map_unit_bytes`: a run of pages is mapped in mappings (driver allocations) of at most this many bytes, whole pages, at least one; only whole mappings are unmapped, so free pages of a mapping partly in use stay mapped. 0 … 2^62 (0: one page each). Default 64 MiB. */
+  vmMapUnitBytes?: number | bigint
 }
 
 /** Raw `arena.*` pairs, exactly as ONNX Runtime takes them. */
@@ -70,6 +72,7 @@ export const TYPED_KEYS: Readonly<Record<keyof ArenaConfig, string>> = {
   vmUnmapThresholdBytes: 'arena.vm_unmap_threshold_bytes',
   vmPeakHeadroomPercent: 'arena.vm_peak_headroom_percent',
   vmChurnHeadroomPercent: 'arena.vm_churn_headroom_percent',
+  vmMapUnitBytes: 'arena.vm_map_unit_bytes',
 }
 
 function isTypedKey(k: string): k is keyof ArenaConfig {

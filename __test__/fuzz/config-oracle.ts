@@ -25,6 +25,7 @@ export const RAW_RANGES: Readonly<Record<string, readonly [bigint, bigint]>> = {
   'arena.vm_unmap_threshold_bytes': [0n, U64_MAX],
   'arena.vm_peak_headroom_percent': [0n, 1000n],
   'arena.vm_churn_headroom_percent': [0n, 1000n],
+  'arena.vm_map_unit_bytes': [0n, 2n ** 62n],
 }
 
 /** Keys whose value is 0 or a power of two within RAW_RANGES. */
@@ -47,6 +48,7 @@ export const TYPED: Readonly<Record<string, string>> = {
   vmUnmapThresholdBytes: 'arena.vm_unmap_threshold_bytes',
   vmPeakHeadroomPercent: 'arena.vm_peak_headroom_percent',
   vmChurnHeadroomPercent: 'arena.vm_churn_headroom_percent',
+  vmMapUnitBytes: 'arena.vm_map_unit_bytes',
 }
 
 export type ConfigExpect =

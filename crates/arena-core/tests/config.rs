@@ -250,8 +250,10 @@ fn the_virtual_memory_keys_are_parsed_into_their_fields() {
         ("arena.vm_unmap_threshold_bytes", "0"),
         ("arena.vm_peak_headroom_percent", "25"),
         ("arena.vm_churn_headroom_percent", "0"),
+        ("arena.vm_map_unit_bytes", "0"),
     ])
     .expect("valid");
+    assert_eq!(c.vm_map_unit_bytes, 0);
     assert!(c.use_virtual_memory);
     assert_eq!(
         (
@@ -279,6 +281,7 @@ fn the_virtual_memory_keys_are_parsed_into_their_fields() {
     );
     assert_eq!(d.vm_peak_headroom_percent, 2);
     assert_eq!(d.vm_churn_headroom_percent, 30);
+    assert_eq!(d.vm_map_unit_bytes, 64 << 20);
 }
 
 #[test]
@@ -298,6 +301,8 @@ fn bad_virtual_memory_values_are_rejected_naming_the_key() {
         ("arena.vm_peak_headroom_percent", "2.5"),
         ("arena.vm_churn_headroom_percent", "1001"),
         ("arena.vm_churn_headroom_percent", "-1"),
+        ("arena.vm_map_unit_bytes", "4611686018427387905"),
+        ("arena.vm_map_unit_bytes", "64MiB"),
     ] {
         let (k, v, reason) = rejection(key, value);
         assert_eq!((k.as_str(), v.as_str()), (key, value), "{reason}");

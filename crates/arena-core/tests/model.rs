@@ -375,19 +375,19 @@ impl Model {
         Ok(())
     }
 
-    /// Virtual-memory mode: every mapped page has a chunk in use on it.
-    fn no_free_page_mapped(log: &MemoryLog, page: u64) -> Result<(), String> {
-        for r in &log.regions {
-            let mut at = r.base;
-            while at < r.base + r.size {
-                let used = r
-                    .chunks
+    /// Virtual-memory mode: every mapping (what one map call mapped; only whole ones can be
+    /// unmapped) has a chunk in use on one of its pages.
+    fn no_free_mapping_mapped(log: &MemoryLog, mappings: &[(u64, u64)]) -> Result<(), String> {
+        for &(at, len) in mappings {
+            let used = log.regions.iter().any(|r| {
+                r.chunks
                     .iter()
-                    .any(|c| c.in_use && c.addr < at + page && at < c.addr + c.size);
-                if !used {
-                    return Err(format!("the free page at {at:#x} is still mapped"));
-                }
-                at += page;
+                    .any(|c| c.in_use && c.addr < at + len && at < c.addr + c.size)
+            });
+            if !used {
+                return Err(format!(
+                    "the free mapping at {at:#x} (+{len}) is still mapped"
+                ));
             }
         }
         Ok(())
@@ -627,8 +627,8 @@ impl Model {
                 {
                     return Err("shrink left a wholly free region".into());
                 }
-                if let Some(page) = self.page_size() {
-                    Self::no_free_page_mapped(&after, page)?;
+                if let Some(vm) = self.arena.virtual_memory() {
+                    Self::no_free_mapping_mapped(&after, &vm.mappings())?;
                 }
                 if after.live_chunks() != before.live_chunks() {
                     return Err("shrink changed live chunks".into());
@@ -666,15 +666,6 @@ impl Model {
     }
 
     /// The page size of a virtual-memory arena.
-    fn page_size(&self) -> Option<u64> {
-        self.arena.virtual_memory()?;
-        self.arena
-            .config()
-            .vm_page_size_bytes
-            .checked_add(0)
-            .filter(|&p| p != 0)
-    }
-
     fn finish(&mut self) -> Result<(), String> {
         for l in std::mem::take(&mut self.live) {
             if l.reserve {

@@ -1,10 +1,14 @@
 //! Device memory's virtual-memory form for the arena's virtual-memory mode: address ranges
-//! from `cuMemAddressReserve`, backed page by page with `cuMemCreate` + `cuMemMap` +
-//! `cuMemSetAccess`, handed back with `cuMemUnmap` (one call per run of pages).
+//! from `cuMemAddressReserve`, each map call backed by one physical allocation with
+//! `cuMemCreate` + `cuMemMap` + `cuMemSetAccess`, handed back with `cuMemUnmap` (one call
+//! per run of whole mappings).
 //!
-//! Each granule (2 MiB on an H100) is its own physical allocation, so any page can be
-//! unmapped on its own; its handle is released right after it is mapped, so unmapping it
-//! frees the memory (the mapping holds the only reference). Before unmapping, the context is
+//! One allocation per map call, not per granule: the driver's cost is per allocation (an
+//! H100: a 2 MiB granule about 50 us to create, map and give access to, 32 granules in one
+//! allocation about 100 us in all; `scripts/gpu/vmm_cost.cpp`), and CUDA can unmap only
+//! whole mappings anyway (nor map part of an allocation at an offset on its own), which the
+//! trait's contract and [`Reservations`] carry to every backend. The handle is released right
+//! after it is mapped, so unmapping frees the memory (the mapping holds the only reference). Before unmapping, the context is
 //! synchronised: unlike `cuMemFree`, `cuMemUnmap` does not wait for queued work that may still
 //! use the memory (PyTorch's expandable segments synchronise for the same reason). The arena
 //! unmaps only off its common path. Arena-core's [`Reservations`] checks every call first, so a
@@ -62,40 +66,21 @@ impl CudaVirtualMemory {
         })
     }
 
-    /// Maps `[addr, addr+len)`, one granule per physical allocation; on failure unmaps what
-    /// it mapped. The caller has checked the range and made the context current.
-    fn map_granules(&self, addr: u64, len: u64) -> Result<()> {
-        let g = self.granularity;
-        let mut done = 0;
-        let undo = |done: u64| {
-            let mut at = 0;
-            while at < done {
-                let _ = driver::mem_unmap(addr + at, g);
-                at += g;
-            }
-        };
-        while done < len {
-            let handle = match driver::mem_create(g, self.ctx.ordinal) {
-                Ok(h) => h,
-                Err(e) => {
-                    undo(done);
-                    return Err(e);
-                }
-            };
-            let mapped = driver::mem_map(addr + done, g, handle);
-            // The mapping holds the memory from here on; releasing the handle now means
-            // unmapping frees it.
-            let released = driver::mem_release(handle);
-            if let Err(e) = mapped.and(released) {
-                // Mapped or not, this granule is undone (an error means it was not mapped).
-                let _ = driver::mem_unmap(addr + done, g);
-                undo(done);
-                return Err(e);
-            }
-            done += g;
+    /// Maps `[addr, addr+len)` as one physical allocation; on failure maps nothing. The
+    /// caller has checked the range and made the context current.
+    fn map_allocation(&self, addr: u64, len: u64) -> Result<()> {
+        let handle = driver::mem_create(len, self.ctx.ordinal)?;
+        let mapped = driver::mem_map(addr, len, handle);
+        // The mapping holds the memory from here on; releasing the handle now means
+        // unmapping frees it.
+        let released = driver::mem_release(handle);
+        if let Err(e) = mapped.and(released) {
+            // Mapped or not, it is undone (an error means it was not mapped).
+            let _ = driver::mem_unmap(addr, len);
+            return Err(e);
         }
         if let Err(e) = driver::mem_set_access(addr, len, self.ctx.ordinal) {
-            undo(done);
+            let _ = driver::mem_unmap(addr, len);
             return Err(e);
         }
         Ok(())
@@ -136,7 +121,7 @@ impl VirtualMemory for CudaVirtualMemory {
         let mut ranges = self.ranges.lock();
         ranges.check_map(addr, len)?;
         let _current = self.ctx.make_current()?;
-        if let Err(e) = self.map_granules(addr, len) {
+        if let Err(e) = self.map_allocation(addr, len) {
             self.ledger.lock().record_failure();
             return Err(e);
         }
@@ -151,29 +136,27 @@ impl VirtualMemory for CudaVirtualMemory {
         let _current = self.ctx.make_current()?;
         // Queued work may still use these pages.
         driver::ctx_synchronize()?;
-        // One call for the run: it is whole mappings (one per granule), which one cuMemUnmap
-        // may cover, and it costs about half of one call per granule (H100: 20-26 against
-        // 36-42 us per 2 MiB page, scripts/gpu/vmm_cost.cpp). Page by page if it is refused.
-        if len > self.granularity && driver::mem_unmap(addr, len).is_ok() {
+        // One call for the run of whole mappings (one cuMemUnmap may cover several: an H100
+        // unmaps 16 one-granule mappings in one call at 17-21 against 29-39 us per granule
+        // one by one, scripts/gpu/vmm_cost.cpp); mapping by mapping if that is refused.
+        let mappings = ranges.mappings_in(addr, len);
+        if mappings.len() > 1 && driver::mem_unmap(addr, len).is_ok() {
             ranges.mark_unmapped(addr, len);
             self.ledger.lock().record_unmap(len);
             return Ok(());
         }
-        let g = self.granularity;
-        let mut at = 0;
-        while at < len {
-            match driver::mem_unmap(addr + at, g) {
+        for (at, n) in mappings {
+            match driver::mem_unmap(at, n) {
                 Err(e) if !driver::is_shutdown(&e) => {
                     // What was unmapped so far stays unmapped and counted as such.
-                    if at > 0 {
-                        ranges.mark_unmapped(addr, at);
-                        self.ledger.lock().record_unmap(at);
+                    if at > addr {
+                        ranges.mark_unmapped(addr, at - addr);
+                        self.ledger.lock().record_unmap(at - addr);
                     }
                     return Err(e);
                 }
                 _ => {}
             }
-            at += g;
         }
         ranges.mark_unmapped(addr, len);
         self.ledger.lock().record_unmap(len);
@@ -182,6 +165,10 @@ impl VirtualMemory for CudaVirtualMemory {
 
     fn mapped_bytes(&self) -> u64 {
         self.ranges.lock().mapped_bytes()
+    }
+
+    fn mappings(&self) -> Vec<(u64, u64)> {
+        self.ranges.lock().mappings()
     }
 
     fn info(&self) -> MemoryInfo {

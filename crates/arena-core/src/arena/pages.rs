@@ -5,6 +5,10 @@
 //! A bitmap rather than a set of runs: the arena asks "is all of this chunk mapped?" on its
 //! common path, and for a chunk within one page that is one bit test. Ranges are indexed by
 //! the slot of the region that stands for them in the arena's `RegionSet`.
+//!
+//! A second bitmap marks where each mapping starts (what one map call mapped, a *unit*: the
+//! pages from its start up to the next start or unmapped page), because only whole mappings
+//! can be unmapped (CUDA cannot unmap part of one).
 
 /// Mapped pages of the arena's reserved ranges.
 #[derive(Debug)]
@@ -26,6 +30,8 @@ struct RangePages {
     pool: u8,
     /// Bit `p` set iff page `p` is mapped.
     bits: Vec<u64>,
+    /// Bit `p` set iff page `p` is mapped and a mapping starts there.
+    starts: Vec<u64>,
 }
 
 impl RangePages {
@@ -40,6 +46,51 @@ impl RangePages {
             self.bits[w] |= 1 << b;
         } else {
             self.bits[w] &= !(1 << b);
+        }
+    }
+
+    #[inline]
+    fn starts_at(&self, p: u64) -> bool {
+        self.starts[(p / 64) as usize] & (1 << (p % 64)) != 0
+    }
+
+    fn set_start(&mut self, p: u64, on: bool) {
+        let (w, b) = ((p / 64) as usize, p % 64);
+        if on {
+            self.starts[w] |= 1 << b;
+        } else {
+            self.starts[w] &= !(1 << b);
+        }
+    }
+
+    /// The first page in `from..to` where a mapping starts.
+    fn next_start(&self, from: u64, to: u64) -> Option<u64> {
+        let mut p = from;
+        while p < to {
+            let w = self.starts[(p / 64) as usize] >> (p % 64);
+            if w != 0 {
+                let q = p + u64::from(w.trailing_zeros());
+                return (q < to).then_some(q);
+            }
+            p = (p / 64 + 1) * 64;
+        }
+        None
+    }
+
+    /// The last page in `from..=to` where a mapping starts.
+    fn prev_start(&self, from: u64, to: u64) -> Option<u64> {
+        let mut p = to;
+        loop {
+            let w = self.starts[(p / 64) as usize] << (63 - p % 64);
+            if w != 0 {
+                let q = p - u64::from(w.leading_zeros());
+                return (q >= from).then_some(q);
+            }
+            let word_start = p / 64 * 64;
+            if word_start <= from || word_start == 0 {
+                return None;
+            }
+            p = word_start - 1;
         }
     }
 
@@ -120,6 +171,7 @@ impl PageTable {
             pages,
             pool,
             bits: vec![0; pages.div_ceil(64) as usize],
+            starts: vec![0; pages.div_ceil(64) as usize],
         });
     }
 
@@ -186,7 +238,8 @@ impl PageTable {
     }
 
     /// Marks the page-aligned run `[addr, addr + len)` of slot `slot`'s range, which is
-    /// wholly in the other state, as mapped (`on`) or not.
+    /// wholly in the other state, as mapped (`on`: one mapping) or not (`off`: whole
+    /// mappings).
     pub(crate) fn set_run(&mut self, slot: u32, addr: u64, len: u64, on: bool) {
         let shift = self.shift;
         let Some(r) = self.ranges.get_mut(slot as usize).and_then(Option::as_mut) else {
@@ -199,6 +252,7 @@ impl PageTable {
         let right = last + 1 < r.pages && r.get(last + 1);
         for p in first..=last {
             r.set(p, on);
+            r.set_start(p, on && p == first);
         }
         let neighbours = u64::from(left) + u64::from(right);
         if on {
@@ -209,6 +263,56 @@ impl PageTable {
             self.mapped_bytes -= len;
             self.extents = self.extents + neighbours - 1;
         }
+    }
+
+    /// The whole mappings within the page-aligned `[lo, hi)` of slot `slot`'s range, all of
+    /// it mapped: `[a, b)` from the first mapping that starts in it to the end of the last
+    /// that ends in it, or `None` when no mapping lies wholly inside.
+    pub(crate) fn whole_mappings(&self, slot: u32, lo: u64, hi: u64) -> Option<(u64, u64)> {
+        let r = self.range(slot)?;
+        let (first, end) = ((lo - r.base) >> self.shift, (hi - r.base) >> self.shift);
+        let a = r.next_start(first, end)?;
+        // A mapping that runs on past `hi` is left out: the one holding page `end`, if that
+        // page is mapped and no mapping starts there.
+        let b = if end < r.pages && r.get(end) && !r.starts_at(end) {
+            r.prev_start(a, end - 1).filter(|&s| s > a).unwrap_or(a)
+        } else {
+            end
+        };
+        (b > a).then(|| (r.base + (a << self.shift), r.base + (b << self.shift)))
+    }
+
+    /// The highest address in `[floor, addr]` of slot `slot`'s range where a mapping starts
+    /// (`floor` when none does).
+    pub(crate) fn mapping_start_at_or_below(&self, slot: u32, addr: u64, floor: u64) -> u64 {
+        let Some(r) = self.range(slot) else {
+            return floor;
+        };
+        let (lo, p) = (
+            (floor - r.base) >> self.shift,
+            (addr - r.base) >> self.shift,
+        );
+        r.prev_start(lo, p)
+            .map_or(floor, |s| r.base + (s << self.shift))
+    }
+
+    /// Checks the mapping starts: only on mapped pages, and on every mapped page after an
+    /// unmapped one (or at the range's start).
+    pub(crate) fn check_starts(&self) -> Result<(), String> {
+        for r in self.ranges.iter().flatten() {
+            for p in 0..r.pages {
+                let opens = r.get(p) && (p == 0 || !r.get(p - 1));
+                if (r.starts_at(p) && !r.get(p)) || (opens && !r.starts_at(p)) {
+                    return Err(format!(
+                        "page {p} of the range at {:#x}: mapped {}, a mapping starts there {}",
+                        r.base,
+                        r.get(p),
+                        r.starts_at(p)
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// `(mapped bytes, extents)` counted from the bits, for invariant checks.
@@ -247,6 +351,33 @@ mod tests {
         assert_eq!((t.mapped_bytes(), t.extents()), (3 * P, 2));
         assert_eq!(t.recount(), (3 * P, 2));
         assert_eq!(t.extents_of(0), vec![(at(10), P), (at(12), 2 * P)]);
+    }
+
+    #[test]
+    fn only_whole_mappings_are_offered_for_unmapping() {
+        let mut t = PageTable::new(P);
+        t.add_range(0, 0x100_0000, 400 * P, 0);
+        let at = |p: u64| 0x100_0000 + p * P;
+        // Mappings [10, 14), [14, 20), [20, 21), [100, 300) (across words of the bitmaps).
+        for (p, n) in [(10, 4), (14, 6), (20, 1), (100, 200)] {
+            t.set_run(0, at(p), n * P, true);
+        }
+        t.check_starts().expect("consistent");
+        assert_eq!(t.whole_mappings(0, at(10), at(21)), Some((at(10), at(21))));
+        assert_eq!(t.whole_mappings(0, at(11), at(21)), Some((at(14), at(21))));
+        assert_eq!(t.whole_mappings(0, at(10), at(19)), Some((at(10), at(14))));
+        assert_eq!(t.whole_mappings(0, at(11), at(19)), None);
+        assert_eq!(t.whole_mappings(0, at(100), at(299)), None);
+        assert_eq!(
+            t.whole_mappings(0, at(100), at(300)),
+            Some((at(100), at(300)))
+        );
+        assert_eq!(t.mapping_start_at_or_below(0, at(19), at(10)), at(14));
+        assert_eq!(t.mapping_start_at_or_below(0, at(13), at(11)), at(11));
+        assert_eq!(t.mapping_start_at_or_below(0, at(250), at(12)), at(100));
+        t.set_run(0, at(14), 7 * P, false);
+        t.check_starts().expect("consistent after an unmap");
+        assert_eq!(t.whole_mappings(0, at(10), at(14)), Some((at(10), at(14))));
     }
 
     #[test]

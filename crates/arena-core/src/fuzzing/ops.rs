@@ -341,6 +341,11 @@ fn decode_vm(
         "arena.vm_churn_headroom_percent",
         pick(r, &[30, 0, 5, 1000]).min(1000).to_string(),
     ));
+    // One page, a few pages, and the default (64 MiB, often past the whole range here).
+    pairs.push((
+        "arena.vm_map_unit_bytes",
+        pick(r, &[0, page * 4, 64 << 20, page * 2]).to_string(),
+    ));
     let threshold = r.byte();
     if !threshold.is_multiple_of(3) {
         pairs.push((
@@ -631,24 +636,41 @@ impl Model {
         self.freed = kept;
     }
 
-    /// Virtual-memory mode: every mapped page has a chunk in use on it.
-    fn no_free_page_mapped(&self, log: &MemoryLog) -> Result<(), String> {
-        let page = match self.config.vm_page_size_bytes {
-            0 => self.vm.as_ref().map_or(1, |vm| vm.granularity()),
-            p => p,
+    /// Virtual-memory mode: every mapping (what one map call mapped; only whole ones can be
+    /// unmapped) has a chunk in use on one of its pages, and the mappings are the memory
+    /// log's extents.
+    fn no_free_mapping_mapped(&self, log: &MemoryLog) -> Result<(), String> {
+        let Some(vm) = self.vm.as_ref() else {
+            return Ok(());
         };
-        for r in &log.regions {
-            let mut at = r.base;
-            while at < r.base + r.size {
-                let used = r
-                    .chunks
-                    .iter()
-                    .any(|c| c.in_use && c.addr < at + page && at < c.addr + c.size);
-                if !used {
-                    return Err(format!("the free page at {at:#x} is still mapped"));
-                }
-                at += page;
+        let mappings = vm.mappings();
+        let mut covered = 0;
+        for &(at, len) in &mappings {
+            let Some(r) = log
+                .regions
+                .iter()
+                .find(|r| r.base <= at && at + len <= r.base + r.size)
+            else {
+                return Err(format!(
+                    "the mapping at {at:#x} (+{len}) is in no extent of the memory log"
+                ));
+            };
+            covered += len;
+            let used = r
+                .chunks
+                .iter()
+                .any(|c| c.in_use && c.addr < at + len && at < c.addr + c.size);
+            if !used {
+                return Err(format!(
+                    "the free mapping at {at:#x} (+{len}) is still mapped"
+                ));
             }
+        }
+        let extents: u64 = log.regions.iter().map(|r| r.size).sum();
+        if covered != extents {
+            return Err(format!(
+                "the mappings hold {covered} bytes, the memory log's extents {extents}"
+            ));
         }
         Ok(())
     }
@@ -1152,7 +1174,7 @@ impl Model {
         let in_use: u64 = self.live.iter().map(|l| l.allocated).sum();
         match self.kind {
             Kind::Arena | Kind::ArenaWithoutStreams if self.vm.is_some() => {
-                self.no_free_page_mapped(&after)?;
+                self.no_free_mapping_mapped(&after)?;
                 self.check_only_unmapped(&before, &after)?;
                 self.drop_unmapped(&before, &after);
             }

@@ -238,6 +238,10 @@ impl VirtualMemory for HostVm {
         self.ledger.0.lock().vm.mapped_bytes()
     }
 
+    fn mappings(&self) -> Vec<(u64, u64)> {
+        self.ledger.0.lock().vm.mappings()
+    }
+
     fn info(&self) -> MemoryInfo {
         self.info
     }
@@ -395,7 +399,8 @@ mod tests {
         let h = host.vm();
         let g = h.granularity();
         let base = h.reserve(64 * g).expect("address space");
-        h.map(base, 2 * g).expect("fits");
+        h.map(base, g).expect("fits");
+        h.map(base + g, g).expect("fits");
         h.map(base + 3 * g, g).expect("fits");
         h.write(base + g - 2, &[1, 2, 3, 4])
             .expect("mapped, across two pages");

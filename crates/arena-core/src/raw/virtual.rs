@@ -217,6 +217,10 @@ impl VirtualMemory for VirtualVm {
         self.space.lock().vm.mapped_bytes()
     }
 
+    fn mappings(&self) -> Vec<(u64, u64)> {
+        self.space.lock().vm.mappings()
+    }
+
     fn info(&self) -> MemoryInfo {
         self.info
     }
@@ -273,7 +277,10 @@ mod tests {
         let base = v.reserve(64 << 20).expect("address space is plentiful");
         assert_eq!(base % (1 << 20), 0);
         assert_eq!(raw.raw_stats().raw_bytes_outstanding, 0);
-        v.map(base, 6 << 20).expect("fits");
+        // Three mappings, so that the middle one can be unmapped on its own.
+        v.map(base, 2 << 20).expect("fits");
+        v.map(base + (2 << 20), 1 << 20).expect("fits");
+        v.map(base + (3 << 20), 3 << 20).expect("fits");
         let block = raw.alloc(2 << 20).expect("the rest fits");
         assert!(block >= base + (64 << 20) || block + (2 << 20) <= base);
         assert!(matches!(
@@ -283,7 +290,7 @@ mod tests {
         let s = raw.raw_stats();
         assert_eq!(
             (s.raw_bytes_outstanding, s.raw_allocs, s.raw_failures),
-            (8 << 20, 2, 1)
+            (8 << 20, 4, 1)
         );
         v.unmap(base + (2 << 20), 1 << 20).expect("mapped");
         assert_eq!(v.mapped_bytes(), 5 << 20);

@@ -4,10 +4,10 @@
 //! `cuMemAddressReserve` / `cuMemCreate` + `cuMemMap` / `cuMemUnmap` in `cuda-sys-bridge`,
 //! `mmap(PROT_NONE)` + commit / decommit on `host`, and counted address space on `virtual`.
 //!
-//! [`Reservations`] is the bookkeeping the simulated backends share: which ranges are reserved
-//! and which granules of them are mapped, so that a wrong call (a double map, an unmap of
-//! memory that is not mapped, a release of a range with memory in it) is refused and changes
-//! nothing, as a driver would refuse it.
+//! [`Reservations`] is the bookkeeping the backends share: which ranges are reserved and
+//! what each map call mapped in them, so that a wrong call (a double map, an unmap of memory
+//! that is not mapped or of part of what one map call mapped, a release of a range with
+//! memory in it) is refused and changes nothing, as a driver would refuse it.
 
 use crate::error::{ArenaError, Result};
 use crate::memory_info::MemoryInfo;
@@ -38,15 +38,25 @@ pub trait VirtualMemory: Send + Sync + std::fmt::Debug {
 
     /// Backs `[addr, addr + len)` with memory: granularity-aligned, inside one reservation,
     /// nothing in it mapped. A refusal for lack of memory is [`ArenaError::OutOfMemory`] and
-    /// maps nothing.
+    /// maps nothing. What one call maps is one mapping, which only a whole unmap hands back
+    /// (CUDA's form backs it with one physical allocation: one call for many pages costs
+    /// about what one page does).
     fn map(&self, addr: u64, len: u64) -> Result<()>;
 
-    /// Hands the memory behind `[addr, addr + len)` back: granularity-aligned, all of it
-    /// mapped (by one or more [`VirtualMemory::map`] calls).
+    /// Hands the memory behind `[addr, addr + len)` back: whole mappings, each made by one
+    /// [`VirtualMemory::map`] call, adjacent; a range that cuts through a mapping is refused
+    /// and changes nothing.
     fn unmap(&self, addr: u64, len: u64) -> Result<()>;
 
     /// Bytes mapped now.
     fn mapped_bytes(&self) -> u64;
+
+    /// Every mapping now, as `(address, length)`, lowest first within each range: what each
+    /// [`VirtualMemory::map`] call mapped that is still mapped. For checks and diagnostics;
+    /// empty from a backend that does not keep them.
+    fn mappings(&self) -> Vec<(u64, u64)> {
+        Vec::new()
+    }
 
     /// The memory this serves.
     fn info(&self) -> MemoryInfo;
@@ -92,6 +102,9 @@ impl<V: VirtualMemory + ?Sized> VirtualMemory for std::sync::Arc<V> {
     fn mapped_bytes(&self) -> u64 {
         (**self).mapped_bytes()
     }
+    fn mappings(&self) -> Vec<(u64, u64)> {
+        (**self).mappings()
+    }
     fn info(&self) -> MemoryInfo {
         (**self).info()
     }
@@ -106,7 +119,7 @@ impl<V: VirtualMemory + ?Sized> VirtualMemory for std::sync::Arc<V> {
     }
 }
 
-/// One reserved range: its size and its mapped runs (start → end, adjacent runs merged).
+/// One reserved range: its size and its mappings (start → end, one per map call).
 #[derive(Debug, Default)]
 struct Range {
     size: u64,
@@ -114,8 +127,8 @@ struct Range {
 }
 
 /// Reserved ranges and what is mapped in them, checked the way a driver checks its calls.
-/// Runs rather than a bitmap: a simulated device may have a small granularity and a large
-/// range, and the arena maps runs.
+/// Mappings rather than a bitmap: a simulated device may have a small granularity and a
+/// large range, and the arena maps runs.
 #[derive(Debug)]
 pub struct Reservations {
     granularity: u64,
@@ -224,7 +237,7 @@ impl Reservations {
         Ok(())
     }
 
-    /// Records `[addr, addr + len)` as mapped (after [`Reservations::check_map`]).
+    /// Records `[addr, addr + len)` as one mapping (after [`Reservations::check_map`]).
     pub fn mark_mapped(&mut self, addr: u64, len: u64) {
         let Some(base) = self.range_of(addr, len).map(|(b, _)| b) else {
             return;
@@ -232,39 +245,59 @@ impl Reservations {
         let Some(r) = self.ranges.get_mut(&base) else {
             return;
         };
-        let (mut start, mut end) = (addr, addr + len);
-        if let Some((&s, &e)) = r.mapped.range(..start).next_back() {
-            if e == start {
-                r.mapped.remove(&s);
-                start = s;
-            }
-        }
-        if let Some(e) = r.mapped.remove(&end) {
-            end = e;
-        }
-        r.mapped.insert(start, end);
+        r.mapped.insert(addr, addr + len);
         self.mapped += len;
     }
 
-    /// Whether all of `[addr, addr + len)` lies in one mapped run.
-    pub fn is_mapped(&self, addr: u64, len: u64) -> bool {
-        let Some((_, r)) = self.range_of(addr, len) else {
-            return false;
-        };
-        r.mapped
-            .range(..=addr)
-            .next_back()
-            .is_some_and(|(_, &end)| addr + len <= end)
+    /// The mappings `(start, end)` that cover `[addr, addr + len)` without a gap, lowest
+    /// first, or `None` when some of it is not mapped.
+    fn cover(&self, addr: u64, len: u64) -> Option<Vec<(u64, u64)>> {
+        let (_, r) = self.range_of(addr, len)?;
+        let end = addr + len;
+        let (&first, _) = r.mapped.range(..=addr).next_back()?;
+        let mut out = Vec::new();
+        let mut at = first;
+        for (&s, &e) in r.mapped.range(first..end) {
+            if s != at {
+                return None;
+            }
+            out.push((s, e));
+            at = e;
+        }
+        (at >= end).then_some(out)
     }
 
-    /// Checks that `[addr, addr + len)` can be unmapped: aligned and all of it mapped.
+    /// Whether all of `[addr, addr + len)` is mapped (by one or more adjacent mappings).
+    pub fn is_mapped(&self, addr: u64, len: u64) -> bool {
+        self.cover(addr, len).is_some()
+    }
+
+    /// The mappings `[addr, addr + len)` consists of, as `(address, length)`: for a backend
+    /// that hands them back one by one.
+    pub fn mappings_in(&self, addr: u64, len: u64) -> Vec<(u64, u64)> {
+        self.cover(addr, len)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(s, e)| (s, e - s))
+            .collect()
+    }
+
+    /// Checks that `[addr, addr + len)` can be unmapped: aligned, all of it mapped, and
+    /// whole mappings (no mapping starts before it or ends after it).
     pub fn check_unmap(&self, addr: u64, len: u64) -> Result<()> {
         self.check_aligned(addr, len)?;
-        if !self.is_mapped(addr, len) {
+        let Some(cover) = self.cover(addr, len) else {
             return Err(ArenaError::unknown_pointer(
                 addr,
                 format!("{len} bytes from here are not all mapped"),
             ));
+        };
+        let whole = cover.first().is_some_and(|m| m.0 == addr)
+            && cover.last().is_some_and(|m| m.1 == addr + len);
+        if !whole {
+            return Err(ArenaError::invalid_argument(format!(
+                "[{addr:#x}, +{len}) cuts through a mapping: only whole mappings (what one map call mapped) can be unmapped"
+            )));
         }
         Ok(())
     }
@@ -277,17 +310,19 @@ impl Reservations {
         let Some(r) = self.ranges.get_mut(&base) else {
             return;
         };
-        let Some((&start, &end)) = r.mapped.range(..=addr).next_back() else {
-            return;
-        };
-        r.mapped.remove(&start);
-        if start < addr {
-            r.mapped.insert(start, addr);
-        }
-        if addr + len < end {
-            r.mapped.insert(addr + len, end);
+        let gone: Vec<u64> = r.mapped.range(addr..addr + len).map(|(&s, _)| s).collect();
+        for s in gone {
+            r.mapped.remove(&s);
         }
         self.mapped -= len;
+    }
+
+    /// Every mapping as `(address, length)`, by range, lowest first.
+    pub fn mappings(&self) -> Vec<(u64, u64)> {
+        self.ranges
+            .values()
+            .flat_map(|r| r.mapped.iter().map(|(&s, &e)| (s, e - s)))
+            .collect()
     }
 
     /// Every range as `(base, size)`, for teardown.
@@ -303,7 +338,33 @@ mod tests {
     const G: u64 = 4096;
 
     #[test]
-    fn runs_merge_on_map_and_split_on_unmap() {
+    fn only_whole_mappings_can_be_unmapped() {
+        let mut r = Reservations::new(G);
+        r.add(0x10_0000, 16 * G);
+        r.mark_mapped(0x10_0000, 4 * G);
+        r.mark_mapped(0x10_0000 + 4 * G, 2 * G);
+        assert!(r.is_mapped(0x10_0000 + 3 * G, 2 * G), "across two mappings");
+        assert!(r.check_unmap(0x10_0000, 2 * G).is_err(), "the start of one");
+        assert!(
+            r.check_unmap(0x10_0000 + G, 5 * G).is_err(),
+            "the end of one and the next"
+        );
+        assert!(
+            r.check_unmap(0x10_0000, 5 * G).is_err(),
+            "one and part of the next"
+        );
+        assert_eq!(
+            r.mappings_in(0x10_0000, 6 * G),
+            vec![(0x10_0000, 4 * G), (0x10_0000 + 4 * G, 2 * G)]
+        );
+        r.check_unmap(0x10_0000, 6 * G).expect("two whole mappings");
+        r.mark_unmapped(0x10_0000, 6 * G);
+        assert_eq!(r.mapped_bytes(), 0);
+        r.check_release(0x10_0000, 16 * G).expect("empty");
+    }
+
+    #[test]
+    fn one_granule_mappings_are_unmapped_one_by_one() {
         let mut r = Reservations::new(G);
         r.add(0x10_0000, 16 * G);
         for at in [0, 2, 1] {

@@ -34,6 +34,8 @@ pub const DEFAULT_CUDA_MEMPOOL_BYTES_TO_KEEP_ON_SHRINK: u64 = 0;
 pub const DEFAULT_VM_PEAK_HEADROOM_PERCENT: u64 = 2;
 /// Default `arena.vm_churn_headroom_percent` (see [`ArenaConfig::vm_churn_headroom_percent`]).
 pub const DEFAULT_VM_CHURN_HEADROOM_PERCENT: u64 = 30;
+/// Default `arena.vm_map_unit_bytes` (see [`ArenaConfig::vm_map_unit_bytes`]): 64 MiB.
+pub const DEFAULT_VM_MAP_UNIT_BYTES: u64 = 64 << 20;
 /// Largest `arena.vm_page_size_bytes`: 1 GiB.
 pub const MAX_VM_PAGE_SIZE_BYTES: u64 = 1 << 30;
 /// Largest `arena.vm_reserve_bytes`: 2^62 (far past any device; addresses stay in 64 bits).
@@ -72,10 +74,12 @@ pub mod keys {
     pub const VM_PEAK_HEADROOM_PERCENT: &str = "arena.vm_peak_headroom_percent";
     /// How far the headroom may grow when the pages it unmapped are wanted back (churn).
     pub const VM_CHURN_HEADROOM_PERCENT: &str = "arena.vm_churn_headroom_percent";
+    /// The most one mapping (one driver allocation) covers; only whole mappings unmap.
+    pub const VM_MAP_UNIT_BYTES: &str = "arena.vm_map_unit_bytes";
 
     /// The typed (camelCase) name of every key, as the TypeScript API spells it, with the
     /// key; in documentation order.
-    pub const TYPED: [(&str, &str); 15] = [
+    pub const TYPED: [(&str, &str); 16] = [
         ("extendStrategy", EXTEND_STRATEGY),
         ("initialChunkSizeBytes", INITIAL_CHUNK_SIZE_BYTES),
         ("maxDeadBytesPerChunk", MAX_DEAD_BYTES_PER_CHUNK),
@@ -100,10 +104,11 @@ pub mod keys {
         ("vmUnmapThresholdBytes", VM_UNMAP_THRESHOLD_BYTES),
         ("vmPeakHeadroomPercent", VM_PEAK_HEADROOM_PERCENT),
         ("vmChurnHeadroomPercent", VM_CHURN_HEADROOM_PERCENT),
+        ("vmMapUnitBytes", VM_MAP_UNIT_BYTES),
     ];
 
     /// Every known key, in documentation order.
-    pub const ALL: [&str; 15] = [
+    pub const ALL: [&str; 16] = [
         EXTEND_STRATEGY,
         INITIAL_CHUNK_SIZE_BYTES,
         MAX_DEAD_BYTES_PER_CHUNK,
@@ -119,6 +124,7 @@ pub mod keys {
         VM_UNMAP_THRESHOLD_BYTES,
         VM_PEAK_HEADROOM_PERCENT,
         VM_CHURN_HEADROOM_PERCENT,
+        VM_MAP_UNIT_BYTES,
     ];
 }
 
@@ -171,6 +177,12 @@ pub struct ArenaConfig {
     /// and in again), the headroom grows by them instead, up to this percentage of the peak
     /// in use, 0 … 1000; at or below `vm_peak_headroom_percent` it never grows. Default 30.
     pub vm_churn_headroom_percent: u64,
+    /// A run of pages is mapped in mappings of at most this many bytes (rounded down to
+    /// whole pages, and at least one page), each one driver allocation; `0`: one page each.
+    /// Only a whole mapping can be unmapped (CUDA cannot unmap part of one), so the free
+    /// pages of a mapping partly in use stay mapped; larger mappings cost fewer driver
+    /// calls. 0 … 2^62. Default 64 MiB.
+    pub vm_map_unit_bytes: u64,
 }
 
 impl Default for ArenaConfig {
@@ -191,6 +203,7 @@ impl Default for ArenaConfig {
             vm_unmap_threshold_bytes: None,
             vm_peak_headroom_percent: DEFAULT_VM_PEAK_HEADROOM_PERCENT,
             vm_churn_headroom_percent: DEFAULT_VM_CHURN_HEADROOM_PERCENT,
+            vm_map_unit_bytes: DEFAULT_VM_MAP_UNIT_BYTES,
         }
     }
 }
@@ -371,6 +384,9 @@ impl ArenaConfig {
             keys::VM_CHURN_HEADROOM_PERCENT => {
                 self.vm_churn_headroom_percent = parse_uint(key, value, 0, 1000)?
             }
+            keys::VM_MAP_UNIT_BYTES => {
+                self.vm_map_unit_bytes = parse_uint(key, value, 0, MAX_VM_RESERVE_BYTES)?
+            }
             _ if key.starts_with("arena.") => {
                 return Err(invalid(
                     key,
@@ -451,6 +467,13 @@ impl ArenaConfig {
                 "must be between 0 and 1000",
             ));
         }
+        if self.vm_map_unit_bytes > MAX_VM_RESERVE_BYTES {
+            return Err(invalid(
+                keys::VM_MAP_UNIT_BYTES,
+                &self.vm_map_unit_bytes.to_string(),
+                format!("must be at most {MAX_VM_RESERVE_BYTES}"),
+            ));
+        }
         Ok(())
     }
 
@@ -520,6 +543,7 @@ impl ArenaConfig {
             keys::VM_CHURN_HEADROOM_PERCENT,
             self.vm_churn_headroom_percent.to_string(),
         ));
+        out.push((keys::VM_MAP_UNIT_BYTES, self.vm_map_unit_bytes.to_string()));
         out
     }
 
@@ -561,6 +585,7 @@ mod tests {
             vm_unmap_threshold_bytes: Some(0),
             vm_peak_headroom_percent: 7,
             vm_churn_headroom_percent: 11,
+            vm_map_unit_bytes: 3 << 20,
             ..Default::default()
         };
         let back = ArenaConfig::from_pairs(cfg.to_pairs()).expect("own pairs parse");

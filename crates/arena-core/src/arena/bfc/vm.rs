@@ -47,6 +47,7 @@ pub(super) const UNMAPPED: StreamId = StreamId::MAX;
 pub(super) const SMALL_POOL_MAX_BYTES: u64 = 1 << 20;
 /// The pool of ranges for requests up to [`SMALL_POOL_MAX_BYTES`].
 const SMALL: u8 = 1;
+
 /// The pool of ranges for larger requests.
 const LARGE: u8 = 0;
 
@@ -55,6 +56,12 @@ const LARGE: u8 = 0;
 pub(super) struct Paged {
     /// Which pages are mapped: exactly those of the chunks not tagged [`UNMAPPED`].
     pages: PageTable,
+    /// Most bytes per mapping, whole pages: `arena.vm_map_unit_bytes` (at least a page). On
+    /// CUDA a mapping costs about the same whatever its size (an H100: a 2 MiB page about
+    /// 50 us to map and 20 to unmap, 32 pages in one mapping about 100 and 35,
+    /// `scripts/gpu/vmm_cost.cpp`), but only a whole mapping can be unmapped, so the free pages
+    /// of a mapping partly in use stay mapped; this bounds them.
+    unit: u64,
     /// Exactly the unmapped free chunks, by size (they are page-aligned whole pages).
     unmapped: FreeBins,
     /// Bytes reserved per range, a multiple of the page size.
@@ -122,6 +129,7 @@ impl Paged {
             .max(page);
         Ok(Paged {
             pages: PageTable::new(page),
+            unit: (config.vm_map_unit_bytes / page * page).max(page),
             unmapped: FreeBins::new(),
             reserve_bytes: reserve,
             threshold: config.vm_unmap_threshold_bytes,
@@ -484,12 +492,13 @@ impl State {
             if mapped.saturating_add(need) > cap {
                 self.vm_unmap_free(vm, keep, mapped + need - cap, Scan::Headroom);
             }
-            let mut got = vm.map(plan.m0, need);
+            let unit = self.paged()?.unit;
+            let mut got = map_in_units(vm, plan.m0, need, unit);
             if matches!(got, Err(ArenaError::OutOfMemory { .. }))
                 // Decision 7: every other wholly free page goes back, then once more.
                 && self.vm_unmap_free(vm, keep, u64::MAX, Scan::Everything).0 > 0
             {
-                got = vm.map(plan.m0, need);
+                got = map_in_units(vm, plan.m0, need, unit);
             }
             if let Err(e) = got {
                 return Err(oom_for(
@@ -634,7 +643,12 @@ impl State {
         let pieces = self.vm_pieces(holder, m0, m1);
         let id = self.vm_join(&pieces, 0);
         if let Some(p) = self.pages.as_deref_mut() {
-            p.pages.set_run(slot, m0, m1 - m0, true);
+            let mut at = m0;
+            while at < m1 {
+                let n = p.unit.min(m1 - at);
+                p.pages.set_run(slot, at, n, true);
+                at += n;
+            }
             self.stats.total_allocated += m1 - m0;
             self.stats.num_arena_extensions = p.pages.extents();
         }
@@ -736,9 +750,21 @@ impl State {
             if freed >= target {
                 break;
             }
-            // The top of the run, in whole pages, as much as is still wanted.
-            let take = n.min(ceil_to(target - freed, 0, page));
-            let start = a + n - take;
+            // Whole mappings only: those lying wholly in the run.
+            let Some((a, end)) = self
+                .pages
+                .as_deref()
+                .and_then(|p| p.pages.whole_mappings(slot, a, a + n))
+            else {
+                continue;
+            };
+            // The top of the run, in whole pages, as much as is still wanted, from where the
+            // mapping holding its first page starts.
+            let want = (end - a).min(ceil_to(target - freed, 0, page));
+            let start = self.pages.as_deref().map_or(a, |p| {
+                p.pages.mapping_start_at_or_below(slot, end - want, a)
+            });
+            let take = end - start;
             if let Err(e) = vm.unmap(start, take) {
                 return (count, Some(e));
             }
@@ -931,6 +957,7 @@ impl State {
             ));
         }
         p.unmapped.check()?;
+        p.pages.check_starts()?;
         if let Some(vm) = vm {
             if vm.mapped_bytes() != bytes {
                 return Err(format!(
@@ -941,6 +968,26 @@ impl State {
         }
         Ok((bytes, extents))
     }
+}
+
+/// Maps `[addr, addr + len)` in mappings of at most `unit` bytes, lowest first, one
+/// [`VirtualMemory::map`] call each. On failure unmaps what it mapped and returns the error.
+fn map_in_units(vm: &dyn VirtualMemory, addr: u64, len: u64, unit: u64) -> Result<()> {
+    let mut at = addr;
+    while at < addr + len {
+        let n = unit.min(addr + len - at);
+        if let Err(e) = vm.map(at, n) {
+            let mut back = addr;
+            while back < at {
+                let m = unit.min(at - back);
+                let _ = vm.unmap(back, m);
+                back += m;
+            }
+            return Err(e);
+        }
+        at += n;
+    }
+    Ok(())
 }
 
 /// `e` as the out-of-memory error of an allocation of `size` bytes (other errors as they
