@@ -301,7 +301,11 @@ fn a_run_of_pages_is_mapped_in_one_driver_allocation_per_map_unit() {
         ],
         "mappings of whole pages, at most the unit each"
     );
-    for (arena, ptr) in [(&a, p), (&b, q)] {
+    // A unit under a page is a page.
+    let c = vm_arena(GIB, PAGE, &[("arena.vm_map_unit_bytes", "1")]);
+    let r = alloc(&c, 20 * MIB);
+    assert_eq!(map_calls(&c), 20 * MIB / PAGE);
+    for (arena, ptr) in [(&a, p), (&b, q), (&c, r)] {
         arena.free(ptr).expect("live");
         arena.shrink().expect("shrink");
         assert_eq!(mapped(arena), 0);

@@ -972,6 +972,8 @@ impl State {
 
 /// Maps `[addr, addr + len)` in mappings of at most `unit` bytes, lowest first, one
 /// [`VirtualMemory::map`] call each. On failure unmaps what it mapped and returns the error.
+/// (Unmapping a whole mapping just made fails only if the driver does; its pages would then
+/// stay mapped unknown to the page table, which `check_invariants` reports.)
 fn map_in_units(vm: &dyn VirtualMemory, addr: u64, len: u64, unit: u64) -> Result<()> {
     let mut at = addr;
     while at < addr + len {
