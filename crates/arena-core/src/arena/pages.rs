@@ -34,33 +34,39 @@ struct RangePages {
     starts: Vec<u64>,
 }
 
+/// Bit `p` of a bitmap.
+#[inline]
+fn bit(words: &[u64], p: u64) -> bool {
+    words[(p / 64) as usize] & (1 << (p % 64)) != 0
+}
+
+/// Sets or clears bit `p` of a bitmap.
+fn set_bit(words: &mut [u64], p: u64, on: bool) {
+    let (w, b) = ((p / 64) as usize, p % 64);
+    if on {
+        words[w] |= 1 << b;
+    } else {
+        words[w] &= !(1 << b);
+    }
+}
+
 impl RangePages {
     #[inline]
     fn get(&self, p: u64) -> bool {
-        self.bits[(p / 64) as usize] & (1 << (p % 64)) != 0
+        bit(&self.bits, p)
     }
 
     fn set(&mut self, p: u64, on: bool) {
-        let (w, b) = ((p / 64) as usize, p % 64);
-        if on {
-            self.bits[w] |= 1 << b;
-        } else {
-            self.bits[w] &= !(1 << b);
-        }
+        set_bit(&mut self.bits, p, on);
     }
 
     #[inline]
     fn starts_at(&self, p: u64) -> bool {
-        self.starts[(p / 64) as usize] & (1 << (p % 64)) != 0
+        bit(&self.starts, p)
     }
 
     fn set_start(&mut self, p: u64, on: bool) {
-        let (w, b) = ((p / 64) as usize, p % 64);
-        if on {
-            self.starts[w] |= 1 << b;
-        } else {
-            self.starts[w] &= !(1 << b);
-        }
+        set_bit(&mut self.starts, p, on);
     }
 
     /// The first page in `from..to` where a mapping starts.
