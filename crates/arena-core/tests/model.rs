@@ -665,7 +665,6 @@ impl Model {
         self.check(&log)
     }
 
-    /// The page size of a virtual-memory arena.
     fn finish(&mut self) -> Result<(), String> {
         for l in std::mem::take(&mut self.live) {
             if l.reserve {

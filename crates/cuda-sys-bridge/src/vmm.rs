@@ -4,11 +4,12 @@
 //! per run of whole mappings).
 //!
 //! One allocation per map call, not per granule: the driver's cost is per allocation (an
-//! H100: a 2 MiB granule about 50 us to create, map and give access to, 32 granules in one
-//! allocation about 100 us in all; `scripts/gpu/vmm_cost.cpp`), and CUDA can unmap only
-//! whole mappings anyway (nor map part of an allocation at an offset on its own), which the
-//! trait's contract and [`Reservations`] carry to every backend. The handle is released right
-//! after it is mapped, so unmapping frees the memory (the mapping holds the only reference). Before unmapping, the context is
+//! H100: one 2 MiB granule 35-50 us to create, map and give access to, 16 granules in one
+//! allocation 60-110 us in all; `scripts/gpu/vmm_cost.cpp`), and CUDA can unmap only whole
+//! mappings anyway (nor map part of an allocation at an offset on its own), which the
+//! trait's contract and [`Reservations`] carry to every backend. The handle is released
+//! right after it is mapped, so unmapping frees the memory (the mapping holds the only
+//! reference). Before unmapping, the context is
 //! synchronised: unlike `cuMemFree`, `cuMemUnmap` does not wait for queued work that may still
 //! use the memory (PyTorch's expandable segments synchronise for the same reason). The arena
 //! unmaps only off its common path. Arena-core's [`Reservations`] checks every call first, so a

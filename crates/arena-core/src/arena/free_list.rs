@@ -17,7 +17,7 @@
 //! tree is about a quarter as large, and a walk down it touches fewer nodes, each a likely
 //! cache miss (the virtual-memory mode, which cuts every chunk to size, keeps several times
 //! as many free chunks as the region mode: on the `mixed` trace its treap walks missed the
-//! cache five times as often).
+//! cache four to five times as often).
 
 use crate::bins::NUM_BINS;
 

@@ -47,7 +47,6 @@ pub(super) const UNMAPPED: StreamId = StreamId::MAX;
 pub(super) const SMALL_POOL_MAX_BYTES: u64 = 1 << 20;
 /// The pool of ranges for requests up to [`SMALL_POOL_MAX_BYTES`].
 const SMALL: u8 = 1;
-
 /// The pool of ranges for larger requests.
 const LARGE: u8 = 0;
 
@@ -57,8 +56,8 @@ pub(super) struct Paged {
     /// Which pages are mapped: exactly those of the chunks not tagged [`UNMAPPED`].
     pages: PageTable,
     /// Most bytes per mapping, whole pages: `arena.vm_map_unit_bytes` (at least a page). On
-    /// CUDA a mapping costs about the same whatever its size (an H100: a 2 MiB page about
-    /// 50 us to map and 20 to unmap, 32 pages in one mapping about 100 and 35,
+    /// CUDA a mapping costs nearly the same whatever its size (an H100: one 2 MiB page 35-50
+    /// us to map and 29-42 to unmap, 16 pages in one mapping 60-110 and 45-67 in all,
     /// `scripts/gpu/vmm_cost.cpp`), but only a whole mapping can be unmapped, so the free pages
     /// of a mapping partly in use stay mapped; this bounds them.
     unit: u64,
