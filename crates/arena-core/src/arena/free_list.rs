@@ -9,15 +9,16 @@
 //!
 //! Each set is an intrusive treap over chunk ids: the nodes live in one vector indexed by
 //! id, so inserting and removing never allocate once the vector has grown, and a bin with
-//! one chunk costs a root store. A bitmap of non-empty bins skips empty ones.
+//! one chunk costs a root store.
 //!
-//! Inside, each of ONNX Runtime's power-of-two bins is four sets of a quarter of its size
-//! range (and the last, unbounded bin one set per quarter power of two up to 512 GiB): the
-//! sets are ordered by size as the bins are, so the best fit is the same chunk, while each
-//! tree is about a quarter as large, and a walk down it touches fewer nodes, each a likely
-//! cache miss (the virtual-memory mode, which cuts every chunk to size, keeps several times
-//! as many free chunks as the region mode: on the `mixed` trace its treap walks missed the
-//! cache four to five times as often).
+//! Inside, each of ONNX Runtime's power-of-two bins is 32 sets of a 32nd of its size
+//! range (and the last, unbounded bin 32 sets per power of two up to 2^48 bytes):
+//! the sets are ordered by size as the bins are, so the best fit is the same chunk, while
+//! each tree is small, and a walk down it touches few nodes, each a likely cache miss (the
+//! virtual-memory mode, which cuts every chunk to size, keeps several times as many free
+//! chunks as the region mode: on the `mixed` trace its treap walks missed the cache four to
+//! five times as often with one set per bin). A bitmap of non-empty sets, a word per 64,
+//! finds the next candidate set.
 
 use crate::bins::NUM_BINS;
 
@@ -27,37 +28,47 @@ pub const NIL: u32 = u32::MAX;
 /// Number of classes of chunks, each with its own bins.
 pub const CLASSES: usize = 2;
 
-/// Sets per class (the bits of a `u128`).
-const SETS: usize = 128;
+/// log2 of the sets per power of two of size.
+const SUB_BITS: usize = 5;
 
 /// Sets per power of two.
-const QUARTERS: usize = 4;
+const SUB: usize = 1 << SUB_BITS;
+
+/// Powers of two with sets of their own (sizes from 256 bytes; larger sizes share the last
+/// set).
+const POWERS: usize = 40;
+
+/// Sets per class.
+const SETS: usize = POWERS * SUB;
+
+/// Words of the non-empty bitmap per class.
+const WORDS: usize = SETS / 64;
 
 /// Roots of the sets of every class: class `k`'s set `f` is slot `k * SETS + f`.
 const SLOTS: usize = CLASSES * SETS;
 
-/// The set of a chunk of `size` bytes within its class: a quarter of the power of two of
+/// The set of a chunk of `size` bytes within its class: a 32nd of the power of two of
 /// `max(size, 256) / 256`, so that sets ascend with size and set `f` lies within bin
-/// `min(f / 4, 20)`.
+/// `min(f / 32, 20)`.
 #[inline(always)]
 fn set_for_size(size: u64) -> usize {
     let v = (size >> crate::bins::MIN_ALLOCATION_BITS).max(1);
     let log2 = 63 - v.leading_zeros() as usize;
-    // The two bits below the leading one (shifted in from below for v < 4).
-    let quarter = if log2 >= 2 {
-        (v >> (log2 - 2)) as usize & 3
+    // The bits below the leading one (shifted in from below for small v).
+    let sub = if log2 >= SUB_BITS {
+        (v >> (log2 - SUB_BITS)) as usize & (SUB - 1)
     } else {
-        (v << (2 - log2)) as usize & 3
+        (v << (SUB_BITS - log2)) as usize & (SUB - 1)
     };
-    (log2 * QUARTERS + quarter).min(SETS - 1)
+    (log2 * SUB + sub).min(SETS - 1)
 }
 
 /// The sets that make up bin `b`.
 fn sets_of_bin(b: usize) -> std::ops::Range<usize> {
     if b + 1 < NUM_BINS {
-        b * QUARTERS..(b + 1) * QUARTERS
+        b * SUB..(b + 1) * SUB
     } else {
-        b * QUARTERS..SETS
+        b * SUB..SETS
     }
 }
 
@@ -111,7 +122,7 @@ pub struct FreeBins {
     nodes: Vec<Node>,
     roots: [u32; SLOTS],
     /// Per class, bit `f` set iff the root of its set `f` is not `NIL`.
-    non_empty: [u128; CLASSES],
+    non_empty: [[u64; WORDS]; CLASSES],
     len: usize,
     rng: u32,
 }
@@ -128,7 +139,7 @@ impl FreeBins {
         FreeBins {
             nodes: Vec::new(),
             roots: [NIL; SLOTS],
-            non_empty: [0; CLASSES],
+            non_empty: [[0; WORDS]; CLASSES],
             len: 0,
             rng: 0x9E37_79B9,
         }
@@ -168,12 +179,14 @@ impl FreeBins {
 
     #[inline(always)]
     fn mark(&mut self, s: usize) {
-        self.non_empty[s / SETS] |= 1 << (s % SETS);
+        let f = s % SETS;
+        self.non_empty[s / SETS][f / 64] |= 1 << (f % 64);
     }
 
     #[inline(always)]
     fn unmark(&mut self, s: usize) {
-        self.non_empty[s / SETS] &= !(1 << (s % SETS));
+        let f = s % SETS;
+        self.non_empty[s / SETS][f / 64] &= !(1 << (f % 64));
     }
 
     /// Adds chunk `id` of `size` bytes at `addr` to its bin of class 0. `id` must not be in
@@ -326,17 +339,29 @@ impl FreeBins {
         mut accept: impl FnMut(u32) -> bool,
     ) -> Option<u32> {
         let k = class_index(class);
-        let mask = self.non_empty[k] & (!0u128 << set_for_size(min_size));
-        if mask == 0 {
-            return None;
-        }
+        let first = self.next_set(k, set_for_size(min_size))?;
         // A lone chunk in the first candidate set (the common warm state) needs no descent.
-        let root = self.roots[k * SETS + mask.trailing_zeros() as usize];
+        let root = self.roots[k * SETS + first];
         let n = &self.nodes[root as usize];
         if n.left == NIL && n.right == NIL && n.size >= min_size && accept(root) {
             return Some(root);
         }
-        self.best_fit_in(k * SETS, mask, min_size, accept)
+        self.best_fit_in(k, first, min_size, accept)
+    }
+
+    /// The first non-empty set of class `k` at or after set `f`.
+    #[inline(always)]
+    fn next_set(&self, k: usize, f: usize) -> Option<usize> {
+        let words = &self.non_empty[k];
+        let mut w = f / 64;
+        let mut bits = words.get(w)? & (!0u64 << (f % 64));
+        loop {
+            if bits != 0 {
+                return Some(w * 64 + bits.trailing_zeros() as usize);
+            }
+            w += 1;
+            bits = *words.get(w)?;
+        }
     }
 
     /// As [`FreeBins::best_fit`], among the chunks of every class: the smallest of each
@@ -350,13 +375,14 @@ impl FreeBins {
     #[inline(never)]
     fn best_fit_in(
         &self,
-        base: usize,
-        mut mask: u128,
+        k: usize,
+        first: usize,
         min_size: u64,
         mut accept: impl FnMut(u32) -> bool,
     ) -> Option<u32> {
-        while mask != 0 {
-            let b = base + mask.trailing_zeros() as usize;
+        let mut next = Some(first);
+        while let Some(f) = next {
+            let b = k * SETS + f;
             // Usually the smallest adequate chunk is acceptable: find it without recursion,
             // and search the whole bin in order only when it is not.
             let lower = self.lower_bound(self.roots[b], min_size);
@@ -366,7 +392,11 @@ impl FreeBins {
             if let Some(id) = self.find(self.roots[b], min_size, &mut accept) {
                 return Some(id);
             }
-            mask &= mask - 1;
+            next = if f + 1 < SETS {
+                self.next_set(k, f + 1)
+            } else {
+                None
+            };
         }
         None
     }
@@ -412,6 +442,37 @@ impl FreeBins {
             }
         }
         out
+    }
+
+    /// The first chunk, in no promised order, for which `pred` is true; visits only
+    /// non-empty sets and allocates nothing.
+    pub fn find_any(&self, mut pred: impl FnMut(u32) -> bool) -> Option<u32> {
+        for k in 0..CLASSES {
+            let mut next = self.next_set(k, 0);
+            while let Some(f) = next {
+                if let Some(id) = self.visit(self.roots[k * SETS + f], &mut pred) {
+                    return Some(id);
+                }
+                next = if f + 1 < SETS {
+                    self.next_set(k, f + 1)
+                } else {
+                    None
+                };
+            }
+        }
+        None
+    }
+
+    fn visit(&self, t: u32, pred: &mut impl FnMut(u32) -> bool) -> Option<u32> {
+        if t == NIL {
+            return None;
+        }
+        if pred(t) {
+            return Some(t);
+        }
+        let n = &self.nodes[t as usize];
+        let (l, r) = (n.left, n.right);
+        self.visit(l, pred).or_else(|| self.visit(r, pred))
     }
 
     /// The class of chunk `id`, which is in a bin.
@@ -525,7 +586,7 @@ impl FreeBins {
             let (class, f) = ((s / SETS) as u8, s % SETS);
             let mut ids = Vec::new();
             self.collect(self.roots[s], &mut ids);
-            if ids.is_empty() != (self.non_empty[s / SETS] & (1 << f) == 0) {
+            if ids.is_empty() != (self.non_empty[s / SETS][f / 64] & (1 << (f % 64)) == 0) {
                 return Err(format!("bitmap bit {s} disagrees with the bin"));
             }
             for w in ids.windows(2) {
@@ -585,11 +646,16 @@ mod tests {
                 "{size}"
             );
         }
-        // Four sets per bin below the last (chunk sizes are multiples of 256, so bins 0 and 1
-        // have one and two sizes): 1024, 1280, 1536 and 1792 bytes start bin 2's.
-        let firsts: Vec<usize> = [1024, 1280, 1536, 1792, 2048].map(set_for_size).to_vec();
-        assert_eq!(firsts, [8, 9, 10, 11, 12]);
-        assert_eq!(set_for_size(bin_size(20)), 80);
+        // Thirty-two sets per bin below the last: from bin 5 (8 KiB) on, chunk sizes
+        // (multiples of 256) of a bin fall in sets of their own, 256 bytes apart; below,
+        // fewer sizes spread over the bin's sets.
+        let firsts: Vec<usize> = (0..=32).map(|i| set_for_size(8192 + 256 * i)).collect();
+        assert_eq!(firsts, (160..=192).collect::<Vec<_>>());
+        assert_eq!(
+            [1024, 1280, 1536, 1792, 2048].map(set_for_size),
+            [64, 72, 80, 88, 96]
+        );
+        assert_eq!(set_for_size(bin_size(20)), 640);
         assert_eq!(set_for_size(u64::MAX), SETS - 1);
     }
 
@@ -734,6 +800,39 @@ mod tests {
                 .map(|k| k.0);
             assert_eq!(f.best_fit(min, |_| true), want);
         }
+    }
+
+    #[test]
+    fn find_any_sees_every_chunk_of_every_class_and_stops_at_the_first_taken() {
+        let mut f = FreeBins::new();
+        let chunks = [
+            (0u32, 256u64, 0x1000u64, 0u8),
+            (1, 1 << 20, 0x2000, 1),
+            (2, 1 << 40, 0x3000, 0),
+        ];
+        for (id, size, addr, class) in chunks {
+            f.insert_class(id, size, addr, class);
+        }
+        let mut seen = Vec::new();
+        assert_eq!(
+            f.find_any(|id| {
+                seen.push(id);
+                false
+            }),
+            None
+        );
+        seen.sort_unstable();
+        assert_eq!(seen, [0, 1, 2]);
+        let mut calls = 0;
+        assert_eq!(
+            f.find_any(|id| {
+                calls += 1;
+                id == 1
+            }),
+            Some(1)
+        );
+        assert!(calls <= 3);
+        assert_eq!(FreeBins::new().find_any(|_| true), None);
     }
 
     #[test]

@@ -169,11 +169,9 @@ impl Paged {
             .sum()
     }
 
-    /// Every unmapped free chunk.
-    fn unmapped_ids(&self) -> Vec<u32> {
-        (0..NUM_BINS)
-            .flat_map(|b| self.unmapped.bin_ids(b))
-            .collect()
+    /// The first unmapped free chunk, in no promised order, for which `pred` is true.
+    fn find_unmapped(&self, pred: impl FnMut(u32) -> bool) -> Option<u32> {
+        self.unmapped.find_any(pred)
     }
 }
 
@@ -339,10 +337,10 @@ impl State {
         };
         let pool = pool_for(rounded);
         let mut best: Option<((u64, u64), Plan)> = None;
-        for uid in p.unmapped_ids() {
+        p.find_unmapped(|uid| {
             let u = *self.chunks.get(uid);
             if p.pages.pool(u.region) != pool {
-                continue;
+                return false;
             }
             let (u0, u1) = (u.addr, u.addr + u.size);
             let below = (u.prev != NIL).then(|| usable(u.prev)).flatten();
@@ -350,7 +348,7 @@ impl State {
             let lo = below.map_or(u0, |c| c.addr);
             let hi = above.map_or(u1, |c| c.addr + c.size);
             if hi - lo < rounded {
-                continue;
+                return false;
             }
             // From the bottom of the free span, or up to its top.
             for w0 in [lo, hi - rounded] {
@@ -374,7 +372,8 @@ impl State {
                     ));
                 }
             }
-        }
+            false
+        });
         best.map(|b| b.1)
     }
 
@@ -631,7 +630,7 @@ impl State {
     /// mapped free chunk (no stream). Returns the chunk holding `m0`.
     fn vm_mark_mapped(&mut self, slot: u32, m0: u64, m1: u64) -> u32 {
         let holder = self.pages.as_deref().and_then(|p| {
-            p.unmapped_ids().into_iter().find(|&id| {
+            p.find_unmapped(|id| {
                 let c = self.chunks.get(id);
                 c.region == slot && c.addr <= m0 && m1 <= c.addr + c.size
             })
