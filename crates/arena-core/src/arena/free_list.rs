@@ -88,16 +88,17 @@ fn slot(class: u8, size: u64) -> usize {
 #[derive(Debug, Clone, Copy)]
 enum Hook {
     Root(usize),
-    Left(u32),
-    Right(u32),
+    /// `Child(n, 0)` is node `n`'s left subtree, `Child(n, 1)` its right.
+    Child(u32, usize),
 }
 
 #[derive(Debug, Clone, Copy)]
 struct Node {
     size: u64,
     addr: u64,
-    left: u32,
-    right: u32,
+    /// Left and right subtrees: `child[1]` holds the larger keys, so a descent indexes it
+    /// with the comparison instead of branching on it.
+    child: [u32; 2],
     /// Heap priority: a parent's is at least its children's.
     prio: u32,
     /// Whether this id is currently in a bin.
@@ -109,8 +110,7 @@ struct Node {
 const EMPTY_NODE: Node = Node {
     size: 0,
     addr: 0,
-    left: NIL,
-    right: NIL,
+    child: [NIL; 2],
     prio: 0,
     linked: false,
     class: 0,
@@ -166,6 +166,14 @@ impl FreeBins {
         (n.size, n.addr)
     }
 
+    /// `(size, address)` as one number, ordered as the pair is: one comparison, which the
+    /// descents turn into an index rather than a branch.
+    #[inline(always)]
+    fn key128(&self, id: u32) -> u128 {
+        let n = &self.nodes[id as usize];
+        (u128::from(n.size) << 64) | u128::from(n.addr)
+    }
+
     #[inline]
     fn next_prio(&mut self) -> u32 {
         // xorshift32: priorities only need to be unrelated to the keys.
@@ -212,8 +220,7 @@ impl FreeBins {
         self.nodes[i] = Node {
             size,
             addr,
-            left: NIL,
-            right: NIL,
+            child: [NIL; 2],
             prio,
             linked: true,
             class: (class as usize).min(CLASSES - 1) as u8,
@@ -235,7 +242,7 @@ impl FreeBins {
         }
         let n = self.nodes[id as usize];
         let b = slot(n.class, n.size);
-        if self.roots[b] == id && n.left == NIL && n.right == NIL {
+        if self.roots[b] == id && n.child == [NIL; 2] {
             self.roots[b] = NIL;
         } else {
             self.remove_at(Hook::Root(b), id);
@@ -256,11 +263,7 @@ impl FreeBins {
         let n = self.nodes[id as usize];
         debug_assert!(n.linked, "chunk {id} is not in a bin");
         let (from, to) = (slot(n.class, n.size), slot(n.class, size));
-        if self.roots[from] == id
-            && n.left == NIL
-            && n.right == NIL
-            && (from == to || self.roots[to] == NIL)
-        {
+        if self.roots[from] == id && n.child == [NIL; 2] && (from == to || self.roots[to] == NIL) {
             self.roots[from] = NIL;
             self.unmark(from);
             self.roots[to] = id;
@@ -284,8 +287,7 @@ impl FreeBins {
         let i = new as usize;
         if i < self.nodes.len()
             && self.roots[from] == old
-            && n.left == NIL
-            && n.right == NIL
+            && n.child == [NIL; 2]
             && (from == to || self.roots[to] == NIL)
         {
             debug_assert!(!self.nodes[i].linked, "chunk {new} is already in a bin");
@@ -343,7 +345,7 @@ impl FreeBins {
         // A lone chunk in the first candidate set (the common warm state) needs no descent.
         let root = self.roots[k * SETS + first];
         let n = &self.nodes[root as usize];
-        if n.left == NIL && n.right == NIL && n.size >= min_size && accept(root) {
+        if n.child == [NIL; 2] && n.size >= min_size && accept(root) {
             return Some(root);
         }
         self.best_fit_in(k, first, min_size, accept)
@@ -406,12 +408,9 @@ impl FreeBins {
         let mut best = NIL;
         while t != NIL {
             let n = &self.nodes[t as usize];
-            if n.size >= min_size {
-                best = t;
-                t = n.left;
-            } else {
-                t = n.right;
-            }
+            let fits = n.size >= min_size;
+            best = if fits { t } else { best };
+            t = n.child[usize::from(!fits)];
         }
         best
     }
@@ -422,15 +421,15 @@ impl FreeBins {
         }
         let n = self.nodes[t as usize];
         if n.size < min_size {
-            return self.find(n.right, min_size, accept);
+            return self.find(n.child[1], min_size, accept);
         }
-        if let Some(id) = self.find(n.left, min_size, accept) {
+        if let Some(id) = self.find(n.child[0], min_size, accept) {
             return Some(id);
         }
         if accept(t) {
             return Some(t);
         }
-        self.find(n.right, min_size, accept)
+        self.find(n.child[1], min_size, accept)
     }
 
     /// Ids in bin `b` of every class: class by class, each in `(size, address)` order.
@@ -471,7 +470,7 @@ impl FreeBins {
             return Some(t);
         }
         let n = &self.nodes[t as usize];
-        let (l, r) = (n.left, n.right);
+        let [l, r] = n.child;
         self.visit(l, pred).or_else(|| self.visit(r, pred))
     }
 
@@ -484,9 +483,9 @@ impl FreeBins {
     fn collect(&self, t: u32, out: &mut Vec<u32>) {
         if t != NIL {
             let n = self.nodes[t as usize];
-            self.collect(n.left, out);
+            self.collect(n.child[0], out);
             out.push(t);
-            self.collect(n.right, out);
+            self.collect(n.child[1], out);
         }
     }
 
@@ -495,8 +494,7 @@ impl FreeBins {
     fn get(&self, hook: Hook) -> u32 {
         match hook {
             Hook::Root(b) => self.roots[b],
-            Hook::Left(n) => self.nodes[n as usize].left,
-            Hook::Right(n) => self.nodes[n as usize].right,
+            Hook::Child(n, d) => self.nodes[n as usize].child[d],
         }
     }
 
@@ -504,59 +502,48 @@ impl FreeBins {
     fn set(&mut self, hook: Hook, v: u32) {
         match hook {
             Hook::Root(b) => self.roots[b] = v,
-            Hook::Left(n) => self.nodes[n as usize].left = v,
-            Hook::Right(n) => self.nodes[n as usize].right = v,
+            Hook::Child(n, d) => self.nodes[n as usize].child[d] = v,
         }
     }
 
     /// Treap insertion of `id` (its node filled in) under `hook`, without recursion: descend
     /// to the first node of lower priority, then split that subtree around the new key.
     fn insert_at(&mut self, mut hook: Hook, id: u32) {
-        let (key, prio) = (self.key(id), self.nodes[id as usize].prio);
+        let (key, prio) = (self.key128(id), self.nodes[id as usize].prio);
         let mut t = self.get(hook);
         while t != NIL && self.nodes[t as usize].prio >= prio {
-            hook = if key < self.key(t) {
-                Hook::Left(t)
-            } else {
-                Hook::Right(t)
-            };
+            hook = Hook::Child(t, usize::from(key > self.key128(t)));
             t = self.get(hook);
         }
-        // Split subtree `t`: keys below `key` go left of `id`, the rest right of it.
-        let (mut lhook, mut rhook) = (Hook::Left(id), Hook::Right(id));
+        // Split subtree `t`: keys below `key` go left of `id`, the rest right of it. `hooks[0]`
+        // is where the next smaller subtree hangs, `hooks[1]` the next larger one.
+        let mut hooks = [Hook::Child(id, 0), Hook::Child(id, 1)];
         while t != NIL {
-            if self.key(t) < key {
-                self.set(lhook, t);
-                lhook = Hook::Right(t);
-                t = self.nodes[t as usize].right;
-            } else {
-                self.set(rhook, t);
-                rhook = Hook::Left(t);
-                t = self.nodes[t as usize].left;
-            }
+            let larger = usize::from(self.key128(t) > key);
+            // A smaller node hangs on the left hook and passes it its right subtree; a larger
+            // one the other way round.
+            self.set(hooks[larger], t);
+            hooks[larger] = Hook::Child(t, 1 - larger);
+            t = self.nodes[t as usize].child[1 - larger];
         }
-        self.set(lhook, NIL);
-        self.set(rhook, NIL);
+        self.set(hooks[0], NIL);
+        self.set(hooks[1], NIL);
         self.set(hook, id);
     }
 
     /// Treap removal of `id` from the tree under `hook`, without recursion: find it, then
     /// merge its two subtrees into its place.
     fn remove_at(&mut self, mut hook: Hook, id: u32) {
-        let key = self.key(id);
+        let key = self.key128(id);
         loop {
             let t = self.get(hook);
             debug_assert!(t != NIL, "chunk {id} not found in its bin");
             if t == NIL || t == id {
                 break;
             }
-            hook = if key < self.key(t) {
-                Hook::Left(t)
-            } else {
-                Hook::Right(t)
-            };
+            hook = Hook::Child(t, usize::from(key > self.key128(t)));
         }
-        let (mut a, mut b) = (self.nodes[id as usize].left, self.nodes[id as usize].right);
+        let [mut a, mut b] = self.nodes[id as usize].child;
         loop {
             if a == NIL {
                 self.set(hook, b);
@@ -568,12 +555,12 @@ impl FreeBins {
             }
             if self.nodes[a as usize].prio > self.nodes[b as usize].prio {
                 self.set(hook, a);
-                hook = Hook::Right(a);
-                a = self.nodes[a as usize].right;
+                hook = Hook::Child(a, 1);
+                a = self.nodes[a as usize].child[1];
             } else {
                 self.set(hook, b);
-                hook = Hook::Left(b);
-                b = self.nodes[b as usize].left;
+                hook = Hook::Child(b, 0);
+                b = self.nodes[b as usize].child[0];
             }
         }
     }
@@ -605,7 +592,7 @@ impl FreeBins {
                         n.size, n.class
                     ));
                 }
-                for child in [n.left, n.right] {
+                for child in n.child {
                     if child != NIL && self.nodes[child as usize].prio > n.prio {
                         return Err(format!("heap order broken under chunk {id}"));
                     }
