@@ -823,6 +823,42 @@ mod tests {
     }
 
     #[test]
+    fn the_next_non_empty_set_is_found_across_bitmap_words() {
+        // The smallest size of set `f` (from bin 5 on, where every set has sizes of its own):
+        // its power of two and its 32nd within it.
+        let first_size = |f: usize| -> u64 {
+            let (log2, sub) = (f / SUB, (f % SUB) as u64);
+            (256u64 << log2) + ((256u64 << log2) / SUB as u64) * sub
+        };
+        let mut f = FreeBins::new();
+        // Sets at both sides of every word boundary the searches below cross, and the last.
+        let sets = [191usize, 192, 255, 256, 319, 320, SETS - 1];
+        for (id, &set) in sets.iter().enumerate() {
+            let size = if set == SETS - 1 {
+                u64::MAX & !255
+            } else {
+                first_size(set)
+            };
+            assert_eq!(set_for_size(size), set, "size {size}");
+            f.insert(id as u32, size, 0x1000 * id as u64);
+        }
+        f.check().expect("consistent");
+        for (id, &set) in sets.iter().enumerate() {
+            let size = f.key(id as u32).0;
+            // Just above a chunk's size, the next chunk up is the fit, whatever word it is in.
+            if let Some(above) = size.checked_add(256) {
+                let want = (id + 1 < sets.len()).then_some(id as u32 + 1);
+                assert_eq!(f.best_fit(above, |_| true), want, "from set {set}");
+            }
+            assert_eq!(f.best_fit(size, |_| true), Some(id as u32), "at set {set}");
+        }
+        // Emptying a word's only set clears its bit: the search skips the whole word.
+        assert!(f.remove(2) && f.remove(3));
+        assert_eq!(f.best_fit(f.key(1).0 + 256, |_| true), Some(4));
+        f.check().expect("consistent");
+    }
+
+    #[test]
     fn remove_unlinks_and_reports_absence() {
         let mut f = FreeBins::new();
         f.insert(3, 256, 0);
