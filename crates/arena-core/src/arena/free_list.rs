@@ -835,7 +835,7 @@ mod tests {
         let sets = [191usize, 192, 255, 256, 319, 320, SETS - 1];
         for (id, &set) in sets.iter().enumerate() {
             let size = if set == SETS - 1 {
-                u64::MAX & !255
+                !255u64
             } else {
                 first_size(set)
             };
