@@ -804,3 +804,66 @@ fn threads_share_one_virtual_memory_arena_whose_stats_and_shrink_reach_every_thr
     assert_eq!((a.stats().total_allocated, mapped(&a)), (0, 0));
     a.check_invariants().expect("consistent");
 }
+
+/// Frees chunks of 1,536 bytes between live guards, asks for 1,024 bytes `n` times (ORT would
+/// hand each such chunk out whole), and returns how many came whole and their dead bytes.
+fn whole_handouts(a: &Arena<VirtualAllocator>, n: usize) -> (usize, u64, Vec<u64>) {
+    let mut holes = Vec::new();
+    let mut keep = Vec::new();
+    for _ in 0..n {
+        holes.push(alloc(a, 1536));
+        keep.push(alloc(a, 256));
+    }
+    for h in holes {
+        a.free(h).expect("live");
+    }
+    let (mut whole, mut dead) = (0, 0);
+    for _ in 0..n {
+        let p = alloc(a, 1024);
+        let got = a.allocated_size(p).expect("live");
+        assert!(got == 1024 || got == 1536, "a 1,024-byte request got {got}");
+        if got == 1536 {
+            whole += 1;
+            dead += 512;
+        }
+        keep.push(p);
+    }
+    a.check_invariants().expect("consistent");
+    (whole, dead, keep)
+}
+
+#[test]
+fn a_chunk_under_twice_the_request_goes_out_whole_only_within_the_dead_byte_budget() {
+    let a = vm_arena(GIB, PAGE, &[]);
+    // 256 MiB in use: 1/2048 of it is 128 KiB, two pages of dead bytes.
+    let big = alloc(&a, 256 * MIB);
+    let (whole, dead, keep) = whole_handouts(&a, 400);
+    assert!(whole > 0, "some chunks go out whole");
+    assert!(whole < 400, "the rest are cut once the budget is spent");
+    assert!(dead <= a.stats().in_use / 2048, "{dead} dead bytes");
+    // Freeing them gives the budget back: the same requests go out whole again.
+    for p in keep {
+        a.free(p).expect("live");
+    }
+    let (again, _, _) = whole_handouts(&a, 400);
+    assert_eq!(again, whole);
+    a.free(big).expect("live");
+    a.check_invariants().expect("consistent");
+}
+
+#[test]
+fn an_arena_with_little_in_use_cuts_every_chunk_to_size() {
+    // 1/2048 of what is in use is under a page: no dead bytes at all.
+    let a = vm_arena(GIB, PAGE, &[]);
+    let big = alloc(&a, 64 * MIB);
+    assert_eq!(whole_handouts(&a, 100).0, 0);
+    a.free(big).expect("live");
+}
+
+#[test]
+fn a_churn_headroom_of_zero_cuts_every_chunk_to_size() {
+    let a = vm_arena(GIB, PAGE, &[("arena.vm_churn_headroom_percent", "0")]);
+    let big = alloc(&a, 256 * MIB);
+    assert_eq!(whole_handouts(&a, 400).0, 0);
+    a.free(big).expect("live");
+}

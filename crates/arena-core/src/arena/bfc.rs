@@ -138,6 +138,9 @@ pub(crate) struct State {
     /// High-water mark of chunk bytes in use (reserves not counted) since the last shrink:
     /// virtual-memory mode maps past it by at most `arena.vm_peak_headroom_percent`.
     peak_chunk_bytes: u64,
+    /// Virtual-memory mode: bytes of in-use chunks past their rounded sizes (chunks handed
+    /// out whole rather than cut; see [`State::splits`]).
+    dead_bytes: u64,
     /// Virtual-memory mode: a free chunk of no stream merges with a free neighbour of a
     /// stream, which then covers both. Otherwise the no-stream rest of every chunk a stream
     /// cut from fresh memory stays apart from it when it is freed, and the pages both touch
@@ -305,7 +308,7 @@ impl<R: RawAllocator> Arena<R> {
         let consumer = stream.map_or(0, Stream::id);
         let id = st.find(rounded, consumer, stream)?;
         let chunk_size = st.chunks.get(id).size;
-        let split = splits(chunk_size, rounded, self.split_waste);
+        let split = st.splits(chunk_size, rounded, self.split_waste);
         let charge = if split { rounded } else { chunk_size };
         if !in_use_quota::admits(&*st, charge) {
             return None;
@@ -436,7 +439,7 @@ impl<R: RawAllocator> Arena<R> {
                 }
             };
             let chunk_size = st.chunks.get(id).size;
-            let split = splits(chunk_size, rounded, self.split_waste);
+            let split = st.splits(chunk_size, rounded, self.split_waste);
             let charge = if split { rounded } else { chunk_size };
             let frozen = match self.subs.admit(&mut global, 0, &mut st, charge) {
                 Admit::Fits(frozen) => frozen,
@@ -514,7 +517,7 @@ impl<R: RawAllocator> Arena<R> {
         let Some(id) = st.find(rounded, consumer, stream) else {
             return Attempt::NoFit;
         };
-        let split = splits(st.chunks.get(id).size, rounded, self.split_waste);
+        let split = st.splits(st.chunks.get(id).size, rounded, self.split_waste);
         let charge = if split {
             rounded
         } else {
@@ -933,6 +936,7 @@ impl State {
             hosted: Vec::new(),
             pages: None,
             peak_chunk_bytes: 0,
+            dead_bytes: 0,
             absorb_unassigned: false,
             next_vm_region_id: 0,
             quota: 0,
@@ -1011,6 +1015,7 @@ impl State {
         };
         self.retired = true;
         self.peak_chunk_bytes = 0;
+        self.dead_bytes = 0;
         self.quota = 0;
         std::mem::take(&mut self.hosted)
     }
@@ -1078,6 +1083,28 @@ impl State {
         )
     }
 
+    /// Whether a free chunk of `chunk_size` bytes handed out for `rounded` is cut. ORT's rule
+    /// ([`splits`]) in the region mode. The virtual-memory mode cuts every chunk to size
+    /// (`max_dead` is 256), as bytes past the request would hold pages for nothing, but for
+    /// chunks ORT would hand out whole (under twice the request) while the dead bytes of all
+    /// live chunks stay within a small budget ([`vm::Paged::dead_bytes_budget`]): each whole
+    /// chunk saves a cut now and a merge at its free, and what it may cost is bounded.
+    #[inline(always)]
+    fn splits(&self, chunk_size: u64, rounded: u64, max_dead: u64) -> bool {
+        if !splits(chunk_size, rounded, max_dead) {
+            return false;
+        }
+        let Some(p) = self.pages.as_deref() else {
+            return true;
+        };
+        if chunk_size / 2 >= rounded {
+            return true;
+        }
+        let budget =
+            p.dead_bytes_budget(self.stats.in_use - self.stats.reserved_bytes + chunk_size);
+        self.dead_bytes + (chunk_size - rounded) > budget
+    }
+
     /// Hands out free chunk `id`, splitting off what is left when ORT's rule says so. The
     /// caller gets the low end, as in ORT.
     #[inline(always)]
@@ -1095,6 +1122,9 @@ impl State {
             self.split(id, rounded);
         } else {
             self.bins.remove(id);
+            if self.pages.is_some() {
+                self.dead_bytes += self.chunks.get(id).size - rounded;
+            }
         }
         let alloc_id = self.next_alloc_id;
         self.next_alloc_id += 1;
@@ -1111,7 +1141,8 @@ impl State {
         self.stats.add_in_use(chunk_size, size);
         self.peak_chunk_bytes = self
             .peak_chunk_bytes
-            .max(self.stats.in_use - self.stats.reserved_bytes);
+            .max(self.stats.in_use - self.stats.reserved_bytes - self.dead_bytes);
+        // (The peak the virtual-memory headroom follows counts requests, not dead bytes.)
         addr
     }
 
@@ -1163,6 +1194,10 @@ impl State {
             (c.addr, c.size, c.requested_size, c.prev, c.next);
         c.requested_size = 0;
         self.stats.remove_in_use(size, requested);
+        if self.pages.is_some() {
+            let rounded = round_up_256(requested).unwrap_or(size);
+            self.dead_bytes -= size.saturating_sub(rounded);
+        }
         let above = next != NIL && self.mergeable(id, next);
         // Whether the chunk below takes this one once it has taken the one above (whose
         // stream it takes if it has none: see `merge`).
@@ -1576,6 +1611,7 @@ impl State {
         self.bins.check()?;
         let (mut in_use, mut requested, mut held, mut free_chunks, mut live_chunks) =
             (0, 0, 0, 0, 0);
+        let mut dead = 0;
         for (slot, r) in self.regions.iter() {
             let mut expect_addr = r.base;
             let mut prev = NIL;
@@ -1608,6 +1644,9 @@ impl State {
                     live_chunks += 1;
                     in_use += c.size;
                     requested += c.requested_size;
+                    if self.pages.is_some() {
+                        dead += c.size - round_up_256(c.requested_size).unwrap_or(c.size);
+                    }
                 } else {
                     // Unmapped free memory (virtual-memory mode) has bins of its own.
                     let unmapped = c.stream == vm::UNMAPPED;
@@ -1663,6 +1702,11 @@ impl State {
             ("TotalAllocated", s.total_allocated, held + reserved),
             ("ReservedBytes", s.reserved_bytes, reserved),
             ("NumArenaExtensions", s.num_arena_extensions, extents),
+            (
+                "dead bytes of chunks handed out whole",
+                self.dead_bytes,
+                dead,
+            ),
         ];
         for (what, got, want) in checks {
             if got != want {

@@ -1001,13 +1001,25 @@ impl Model {
         if self.is_arena() && !reserve {
             let rounded = round_up_256(size).ok_or("a size past rounding was handed out")?;
             let max_dead = self.config.max_dead_bytes_per_chunk;
+            let whole_ok = allocated > rounded && allocated / 2 < rounded;
             // ORT's split rule: a chunk is cut to the rounded size unless it is under twice
-            // that and wastes less than max_dead_bytes_per_chunk.
-            if allocated != rounded
-                && !(allocated > rounded
-                    && allocated / 2 < rounded
-                    && allocated - rounded < max_dead)
-            {
+            // that and wastes less than max_dead_bytes_per_chunk. The virtual-memory mode cuts
+            // every chunk but while the dead bytes of all live chunks stay within 1/2048 of
+            // the chunk bytes in use, and none where memory is held strictly (churn ceiling
+            // at or below the peak headroom).
+            let allowed = if self.vm.is_some() {
+                let (mut chunk_bytes, mut dead) = (allocated, allocated - rounded.min(allocated));
+                for l in self.live.iter().filter(|l| !l.reserve) {
+                    chunk_bytes += l.allocated;
+                    dead += l.allocated - round_up_256(l.requested).unwrap_or(l.allocated);
+                }
+                whole_ok
+                    && self.config.vm_churn_headroom_percent > self.config.vm_peak_headroom_percent
+                    && dead <= chunk_bytes >> 11
+            } else {
+                whole_ok && allocated - rounded < max_dead
+            };
+            if allocated != rounded && !allowed {
                 return Err(format!(
                     "a {size}-byte request got a chunk of {allocated} bytes"
                 ));
