@@ -1102,7 +1102,7 @@ impl State {
         }
         let budget =
             p.dead_bytes_budget(self.stats.in_use - self.stats.reserved_bytes + chunk_size);
-        self.dead_bytes + (chunk_size - rounded) > budget
+        self.dead_bytes.saturating_add(chunk_size - rounded) > budget
     }
 
     /// Hands out free chunk `id`, splitting off what is left when ORT's rule says so. The
@@ -1141,7 +1141,7 @@ impl State {
         self.stats.add_in_use(chunk_size, size);
         self.peak_chunk_bytes = self
             .peak_chunk_bytes
-            .max(self.stats.in_use - self.stats.reserved_bytes - self.dead_bytes);
+            .max((self.stats.in_use - self.stats.reserved_bytes).saturating_sub(self.dead_bytes));
         // (The peak the virtual-memory headroom follows counts requests, not dead bytes.)
         addr
     }
@@ -1196,7 +1196,9 @@ impl State {
         self.stats.remove_in_use(size, requested);
         if self.pages.is_some() {
             let rounded = round_up_256(requested).unwrap_or(size);
-            self.dead_bytes -= size.saturating_sub(rounded);
+            // (check_invariants recomputes it; saturating so that a fault there could not
+            // panic on a free.)
+            self.dead_bytes = self.dead_bytes.saturating_sub(size.saturating_sub(rounded));
         }
         let above = next != NIL && self.mergeable(id, next);
         // Whether the chunk below takes this one once it has taken the one above (whose

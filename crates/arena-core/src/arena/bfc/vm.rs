@@ -259,7 +259,7 @@ impl State {
     /// Chunk bytes in use less the dead bytes of chunks handed out whole: what the peak the
     /// headroom follows counts.
     fn requested_chunk_bytes(&self) -> u64 {
-        self.chunk_bytes_in_use() - self.dead_bytes
+        self.chunk_bytes_in_use().saturating_sub(self.dead_bytes)
     }
 
     /// The class of bins the mapped free chunks of region `slot` are in: its range's pool (0
