@@ -1100,8 +1100,9 @@ impl State {
         if chunk_size / 2 >= rounded {
             return true;
         }
-        let budget =
-            p.dead_bytes_budget(self.stats.in_use - self.stats.reserved_bytes + chunk_size);
+        let budget = p.dead_bytes_budget(
+            (self.stats.in_use - self.stats.reserved_bytes).saturating_add(chunk_size),
+        );
         self.dead_bytes.saturating_add(chunk_size - rounded) > budget
     }
 

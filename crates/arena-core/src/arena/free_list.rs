@@ -43,6 +43,7 @@ const SETS: usize = POWERS * SUB;
 
 /// Words of the non-empty bitmap per class.
 const WORDS: usize = SETS / 64;
+const _: () = assert!(SETS.is_multiple_of(64), "the bitmap has a whole word per 64 sets");
 
 /// Roots of the sets of every class: class `k`'s set `f` is slot `k * SETS + f`.
 const SLOTS: usize = CLASSES * SETS;
@@ -351,7 +352,7 @@ impl FreeBins {
         self.best_fit_in(k, first, min_size, accept)
     }
 
-    /// The first non-empty set of class `k` at or after set `f`.
+    /// The first non-empty set of class `k` at or after set `f` (`None` past the last set).
     #[inline(always)]
     fn next_set(&self, k: usize, f: usize) -> Option<usize> {
         let words = &self.non_empty[k];
@@ -394,11 +395,7 @@ impl FreeBins {
             if let Some(id) = self.find(self.roots[b], min_size, &mut accept) {
                 return Some(id);
             }
-            next = if f + 1 < SETS {
-                self.next_set(k, f + 1)
-            } else {
-                None
-            };
+            next = self.next_set(k, f + 1);
         }
         None
     }
@@ -452,11 +449,7 @@ impl FreeBins {
                 if let Some(id) = self.visit(self.roots[k * SETS + f], &mut pred) {
                     return Some(id);
                 }
-                next = if f + 1 < SETS {
-                    self.next_set(k, f + 1)
-                } else {
-                    None
-                };
+                next = self.next_set(k, f + 1);
             }
         }
         None
