@@ -44,7 +44,7 @@ impl Drop for DefaultPoolAllocator {
             return;
         };
         let s = self.s();
-        for (&addr, _) in self.state.get_mut().0.iter() {
+        for &addr in self.state.get_mut().0.keys() {
             let _ = driver::free_async(addr, s);
         }
         let _ = driver::stream_synchronize(self.s());

@@ -138,10 +138,12 @@ fn to_ops(trace: &[u64]) -> Result<Vec<TraceOp>> {
         )));
     }
     trace
-        .chunks_exact(4)
+        .as_chunks::<4>()
+        .0
+        .iter()
         .enumerate()
-        .map(|(i, op)| match op {
-            &[0, id, size, stream] => Ok(TraceOp::Alloc {
+        .map(|(i, op)| match *op {
+            [0, id, size, stream] => Ok(TraceOp::Alloc {
                 id,
                 size,
                 stream: u32::try_from(stream).map_err(|_| {
@@ -151,11 +153,10 @@ fn to_ops(trace: &[u64]) -> Result<Vec<TraceOp>> {
                     ))
                 })?,
             }),
-            &[1, id, _, _] => Ok(TraceOp::Free { id }),
-            &[2, id, size, _] => Ok(TraceOp::Reserve { id, size }),
-            other => Err(invalid(format!(
-                "trace[{i}].op must be 0 (alloc), 1 (free) or 2 (reserve), got {}",
-                other.first().copied().unwrap_or_default()
+            [1, id, _, _] => Ok(TraceOp::Free { id }),
+            [2, id, size, _] => Ok(TraceOp::Reserve { id, size }),
+            [op, ..] => Err(invalid(format!(
+                "trace[{i}].op must be 0 (alloc), 1 (free) or 2 (reserve), got {op}"
             ))),
         })
         .collect()

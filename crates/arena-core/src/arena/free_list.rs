@@ -43,7 +43,7 @@ const SETS: usize = POWERS * SUB;
 
 /// Words of the non-empty bitmap per class.
 const WORDS: usize = SETS / 64;
-const _: () = assert!(SETS.is_multiple_of(64), "the bitmap has a whole word per 64 sets");
+const _: () = assert!(SETS.is_multiple_of(64), "a whole bitmap word per 64 sets");
 
 /// Roots of the sets of every class: class `k`'s set `f` is slot `k * SETS + f`.
 const SLOTS: usize = CLASSES * SETS;
