@@ -40,7 +40,7 @@ export interface ArenaConfig {
   useVirtualMemory?: boolean
   /** `arena.vm_page_size_bytes`: 0 for the backend's granularity (2 MiB on an H100), else a power of two up to 1 GiB that is a multiple of it. Default 0. */
   vmPageSizeBytes?: number | bigint
-  /** `arena.vm_reserve_bytes`: address space reserved at a time; 0 for the device's memory. Default 0. */
+  /** `arena.vm_reserve_bytes`: address space reserved at a time, at most 2^24 pages; 0 for the device's memory. Default 0. */
   vmReserveBytes?: number | bigint
   /** `arena.vm_unmap_threshold_bytes`: free memory kept mapped; a free past it unmaps wholly free pages (0: all of them). Default unset (no limit). */
   vmUnmapThresholdBytes?: number | bigint

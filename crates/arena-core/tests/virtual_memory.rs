@@ -867,3 +867,23 @@ fn a_churn_headroom_of_zero_cuts_every_chunk_to_size() {
     assert_eq!(whole_handouts(&a, 400).0, 0);
     a.free(big).expect("live");
 }
+
+// Found by attacking the config: a range's page bitmaps were sized by the reserve over the
+// page size, so `arena.vm_reserve_bytes=2^62` at 256-byte pages asked for 2^48 words.
+#[test]
+fn a_range_holds_at_most_two_to_the_24_pages_and_a_request_for_more_is_out_of_memory() {
+    let huge = (1u64 << 62).to_string();
+    let a = vm_arena(1 << 62, 256, &[("arena.vm_reserve_bytes", &huge)]);
+    let p = alloc(&a, MIB);
+    // The range is 2^24 pages of 256 bytes: 4 GiB.
+    let q = alloc(&a, 4 * GIB);
+    let err = a.alloc(4 * GIB + 256).expect_err("more pages than a range holds");
+    assert_eq!(err.code(), "ERR_ARENA_OUT_OF_MEMORY");
+    assert!(
+        err.to_string().contains("arena.vm_page_size_bytes"),
+        "says what serves it: {err}"
+    );
+    a.free(q).expect("live");
+    a.free(p).expect("live");
+    a.check_invariants().expect("consistent");
+}

@@ -10,6 +10,11 @@
 //! pages from its start up to the next start or unmapped page), because only whole mappings
 //! can be unmapped (CUDA cannot unmap part of one).
 
+/// Most pages in one range: its two bitmaps are then 2 MiB each, and a walk over a range's
+/// pages (a mapping's bits, an invariant check) stays bounded, whatever the page size and
+/// reserve the config asks for. At 2 MiB pages one range spans 32 TiB.
+pub(crate) const MAX_RANGE_PAGES: u64 = 1 << 24;
+
 /// Mapped pages of the arena's reserved ranges.
 #[derive(Debug)]
 pub(crate) struct PageTable {

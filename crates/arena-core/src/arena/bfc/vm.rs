@@ -34,7 +34,7 @@ use crate::config::{keys, ArenaConfig};
 use crate::error::{ArenaError, Result};
 use crate::free_list::{FreeBins, NIL};
 use crate::memory_log::{ChunkLog, RegionLog};
-use crate::pages::PageTable;
+use crate::pages::{PageTable, MAX_RANGE_PAGES};
 use crate::raw::VirtualMemory;
 
 /// The stream tag of unmapped free chunks: no stream is ever given it (stream ids count up
@@ -129,10 +129,11 @@ impl Paged {
             0 => vm.total_memory(),
             r => r,
         };
+        // A range holds at most MAX_RANGE_PAGES pages (page <= 2^30, so no overflow).
         let reserve = reserve
             .checked_next_multiple_of(page)
             .unwrap_or(u64::MAX - (page - 1))
-            .max(page);
+            .clamp(page, page * MAX_RANGE_PAGES);
         Ok(Paged {
             pages: PageTable::new(page),
             unit: (config.vm_map_unit_bytes / page * page).max(page),
@@ -413,6 +414,16 @@ impl State {
                 "the size rounded up to whole pages does not fit in 64 bits",
             )
         })?;
+        if need / p.page() > MAX_RANGE_PAGES {
+            return Err(ArenaError::oom(
+                size,
+                format!(
+                    "it spans more than {MAX_RANGE_PAGES} pages of {} bytes, the most one range holds; a larger {} serves it",
+                    p.page(),
+                    keys::VM_PAGE_SIZE_BYTES
+                ),
+            ));
+        }
         let want = p.reserve_bytes.max(need);
         let (base, len) = match vm.reserve(want) {
             Ok(base) => (base, want),
