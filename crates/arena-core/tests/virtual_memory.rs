@@ -877,7 +877,9 @@ fn a_range_holds_at_most_two_to_the_24_pages_and_a_request_for_more_is_out_of_me
     let p = alloc(&a, MIB);
     // The range is 2^24 pages of 256 bytes: 4 GiB.
     let q = alloc(&a, 4 * GIB);
-    let err = a.alloc(4 * GIB + 256).expect_err("more pages than a range holds");
+    let err = a
+        .alloc(4 * GIB + 256)
+        .expect_err("more pages than a range holds");
     assert_eq!(err.code(), "ERR_ARENA_OUT_OF_MEMORY");
     assert!(
         err.to_string().contains("arena.vm_page_size_bytes"),
