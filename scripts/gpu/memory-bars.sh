@@ -20,6 +20,8 @@
 # that many processes, alternating; one process's time can be 20 % off another's).
 # PIN (unset): CPUs to pin every replay process to (taskset -c PIN), e.g. 3, against the
 # scheduler's placement, which on a shared machine moves one process's time by up to 2x.
+# WRAP (unset): a command every replay process runs under (split on spaces), e.g.
+# "setarch x86_64 -R" or a THP wrapper, to find what moves one process's time.
 # The bars: OUT/bars.md (scripts/gpu/memory_bars.py), last line "memory-bars: PASS" or FAIL.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -68,7 +70,9 @@ replay() {  # label trace args...
   say "run $label $t"
   local pin=()
   [ -n "${PIN:-}" ] && pin=(taskset -c "$PIN")
-  timeout $((BUDGET_S * 4 + 60)) "${pin[@]}" "$B/replay" --trace "$B/traces/$t.trc" --reps "$REPS" \
+  local wrap=()
+  [ -n "${WRAP:-}" ] && read -r -a wrap <<<"$WRAP"
+  timeout $((BUDGET_S * 4 + 60)) "${pin[@]}" "${wrap[@]}" "$B/replay" --trace "$B/traces/$t.trc" --reps "$REPS" \
     --budget-s "$BUDGET_S" --label "$label" --json "$RES" "$@" >>"$LOG" 2>&1
   local rc=$?
   [ $rc -eq 0 ] || say "  FAILED rc=$rc ($label $t)"
