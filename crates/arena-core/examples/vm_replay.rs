@@ -10,7 +10,7 @@
 //! trace. Pairs after `--` are added to the virtual-memory arena's config (and to the region
 //! arena's, but for `arena.use_virtual_memory`). Each config replays the trace three times in
 //! one arena: the first pass measures memory (as the GPU benchmark's pass 0 does), the next
-//! two are warm. With `RATIO=n`, prints instead the median warm ns/op of both modes over `n`
+//! two are warm (`SHOW_PASSES=n`: n passes in all). With `RATIO=n`, prints instead the median warm ns/op of both modes over `n`
 //! interleaved passes and their ratio; with `DUMP=dir`, writes each trace as text there; with
 //! `WARM=vm` (or `WARM=region`), replays one pass in that mode and then `PASSES` (default 1)
 //! warm ones in `warm_passes`, for profilers (`valgrind --tool=callgrind
@@ -150,7 +150,11 @@ fn run(name: &str, trace: &[TraceOp], pairs: &[(String, String)], vm: bool) -> R
         name.trim_start_matches("snapshot."),
         if vm { "vm" } else { "region" }
     );
-    for pass in 0..3 {
+    let passes: u32 = std::env::var("SHOW_PASSES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    for pass in 0..passes.max(1) {
         let before = raw.raw_stats();
         let pages_before = (
             counting.mapped.load(std::sync::atomic::Ordering::Relaxed),
