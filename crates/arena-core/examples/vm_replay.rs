@@ -10,7 +10,8 @@
 //! trace. Pairs after `--` are added to the virtual-memory arena's config (and to the region
 //! arena's, but for `arena.use_virtual_memory`). Each config replays the trace three times in
 //! one arena: the first pass measures memory (as the GPU benchmark's pass 0 does), the next
-//! two are warm (`SHOW_PASSES=n`: n passes in all). With `RATIO=n`, prints instead the median warm ns/op of both modes over `n`
+//! two are warm (`SHOW_PASSES=n`: n passes in all; `HELD_EVERY_PASS=1`: held/req of every pass,
+//! over the first pass's peak requested). With `RATIO=n`, prints instead the median warm ns/op of both modes over `n`
 //! interleaved passes and their ratio; with `DUMP=dir`, writes each trace as text there; with
 //! `WARM=vm` (or `WARM=region`), replays one pass in that mode and then `PASSES` (default 1)
 //! warm ones in `warm_passes`, for profilers (`valgrind --tool=callgrind
@@ -154,13 +155,18 @@ fn run(name: &str, trace: &[TraceOp], pairs: &[(String, String)], vm: bool) -> R
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(3);
+    let every = std::env::var("HELD_EVERY_PASS").is_ok_and(|v| v == "1");
+    let mut peak_req = 0u64;
     for pass in 0..passes.max(1) {
         let before = raw.raw_stats();
         let pages_before = (
             counting.mapped.load(std::sync::atomic::Ordering::Relaxed),
             counting.unmapped.load(std::sync::atomic::Ordering::Relaxed),
         );
-        let r = replay(&arena, trace, &streams, pass == 0).map_err(|e| e.to_string())?;
+        let r = replay(&arena, trace, &streams, pass == 0 || every).map_err(|e| e.to_string())?;
+        if pass == 0 {
+            peak_req = r.peak_requested.max(1);
+        }
         let after = raw.raw_stats();
         let pages = (
             (counting.mapped.load(std::sync::atomic::Ordering::Relaxed) - pages_before.0) >> 21,
@@ -173,6 +179,13 @@ fn run(name: &str, trace: &[TraceOp], pairs: &[(String, String)], vm: bool) -> R
                 r.peak_held as f64 / 1048576.0,
                 r.peak_requested as f64 / 1048576.0,
                 arena.stats().max_in_use as f64 / 1048576.0,
+            );
+        }
+        if every && pass > 0 {
+            // Held in this pass over the first pass's peak requested (the passes repeat it).
+            line += &format!(
+                " | p{pass} held/req {:.4}",
+                r.peak_held as f64 / peak_req as f64
             );
         }
         line += &format!(
