@@ -55,12 +55,9 @@ const SLOTS: usize = CLASSES * SETS;
 fn set_for_size(size: u64) -> usize {
     let v = (size >> crate::bins::MIN_ALLOCATION_BITS).max(1);
     let log2 = 63 - v.leading_zeros() as usize;
-    // The bits below the leading one (shifted in from below for small v).
-    let sub = if log2 >= SUB_BITS {
-        (v >> (log2 - SUB_BITS)) as usize & (SUB - 1)
-    } else {
-        (v << (SUB_BITS - log2)) as usize & (SUB - 1)
-    };
+    // The SUB_BITS bits below the leading one (zeros shifted in for small v); v < 2^56, so
+    // shifting left first loses nothing and needs no branch.
+    let sub = ((v << SUB_BITS) >> log2) as usize & (SUB - 1);
     (log2 * SUB + sub).min(SETS - 1)
 }
 
@@ -122,8 +119,10 @@ const EMPTY_NODE: Node = Node {
 pub struct FreeBins {
     nodes: Vec<Node>,
     roots: [u32; SLOTS],
-    /// Per class, bit `f` set iff the root of its set `f` is not `NIL`.
-    non_empty: [[u64; WORDS]; CLASSES],
+    /// Bit `s` set iff root slot `s` is not `NIL`: class `k`'s words are
+    /// `k * WORDS..(k + 1) * WORDS` (a class has whole words), so a slot's word is `s / 64`,
+    /// with no division by the sets per class on the hot path.
+    non_empty: [u64; CLASSES * WORDS],
     len: usize,
     rng: u32,
 }
@@ -140,7 +139,7 @@ impl FreeBins {
         FreeBins {
             nodes: Vec::new(),
             roots: [NIL; SLOTS],
-            non_empty: [[0; WORDS]; CLASSES],
+            non_empty: [0; CLASSES * WORDS],
             len: 0,
             rng: 0x9E37_79B9,
         }
@@ -188,14 +187,12 @@ impl FreeBins {
 
     #[inline(always)]
     fn mark(&mut self, s: usize) {
-        let f = s % SETS;
-        self.non_empty[s / SETS][f / 64] |= 1 << (f % 64);
+        self.non_empty[s / 64] |= 1 << (s % 64);
     }
 
     #[inline(always)]
     fn unmark(&mut self, s: usize) {
-        let f = s % SETS;
-        self.non_empty[s / SETS][f / 64] &= !(1 << (f % 64));
+        self.non_empty[s / 64] &= !(1 << (s % 64));
     }
 
     /// Adds chunk `id` of `size` bytes at `addr` to its bin of class 0. `id` must not be in
@@ -355,7 +352,7 @@ impl FreeBins {
     /// The first non-empty set of class `k` at or after set `f` (`None` past the last set).
     #[inline(always)]
     fn next_set(&self, k: usize, f: usize) -> Option<usize> {
-        let words = &self.non_empty[k];
+        let words = &self.non_empty[k * WORDS..(k + 1) * WORDS];
         let mut w = f / 64;
         let mut bits = words.get(w)? & (!0u64 << (f % 64));
         loop {
@@ -566,7 +563,7 @@ impl FreeBins {
             let (class, f) = ((s / SETS) as u8, s % SETS);
             let mut ids = Vec::new();
             self.collect(self.roots[s], &mut ids);
-            if ids.is_empty() != (self.non_empty[s / SETS][f / 64] & (1 << (f % 64)) == 0) {
+            if ids.is_empty() != (self.non_empty[s / 64] & (1 << (s % 64)) == 0) {
                 return Err(format!("bitmap bit {s} disagrees with the bin"));
             }
             for w in ids.windows(2) {
