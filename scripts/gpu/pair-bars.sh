@@ -58,9 +58,9 @@ for t in $TRACES; do
   done
 done
 
-python3 - "$RES" "$PROCESSES" >"$OUT/pairs.md" <<'PY'
+python3 - "$RES" "$PROCESSES" $TRACES >"$OUT/pairs.md" <<'PY'
 import json, statistics as st, sys
-rows = {}
+rows = {t: [] for t in sys.argv[3:]}
 for line in open(sys.argv[1]):
     r = json.loads(line)
     m = {r["label_a"]: r["median_a"], r["label_b"]: r["median_b"]}
@@ -71,6 +71,11 @@ print("|---|---:|---:|---:|---:|")
 ok = True
 lines = []
 for t, v in rows.items():
+    if not v:
+        # A trace whose every process failed is a failure, not a row left out.
+        ok = False
+        lines.append(f"FAIL {t}: no process finished")
+        continue
     ratio = st.median(x[0] for x in v)
     good = ratio <= 1 and not any(x[3] for x in v)
     ok &= good and len(v) == int(sys.argv[2])

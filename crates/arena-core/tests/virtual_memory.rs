@@ -889,3 +889,15 @@ fn a_range_holds_at_most_two_to_the_24_pages_and_a_request_for_more_is_out_of_me
     a.free(p).expect("live");
     a.check_invariants().expect("consistent");
 }
+
+// Found in review: the 2^24-page cap multiplied the page size, which a backend's granularity
+// (unbounded, unlike `arena.vm_page_size_bytes`) can take to 2^40 and past.
+#[test]
+fn a_backend_granularity_of_two_to_the_40_makes_an_arena_not_an_overflow() {
+    let a = vm_arena(1 << 50, 1 << 40, &[]);
+    let p = alloc(&a, MIB);
+    assert_eq!(a.allocated_size(p).expect("live"), MIB);
+    assert_eq!(mapped(&a), 1 << 40, "one page of the backend's granularity");
+    a.free(p).expect("live");
+    a.check_invariants().expect("consistent");
+}

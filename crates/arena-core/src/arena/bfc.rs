@@ -1648,7 +1648,9 @@ impl State {
                     in_use += c.size;
                     requested += c.requested_size;
                     if self.pages.is_some() {
-                        dead += c.size - round_up_256(c.requested_size).unwrap_or(c.size);
+                        dead += c
+                            .size
+                            .saturating_sub(round_up_256(c.requested_size).unwrap_or(c.size));
                     }
                 } else {
                     // Unmapped free memory (virtual-memory mode) has bins of its own.

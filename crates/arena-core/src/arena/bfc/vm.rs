@@ -129,11 +129,12 @@ impl Paged {
             0 => vm.total_memory(),
             r => r,
         };
-        // A range holds at most MAX_RANGE_PAGES pages (page <= 2^30, so no overflow).
+        // A range holds at most MAX_RANGE_PAGES pages (a backend's granularity, unlike the
+        // page size key, has no upper bound: saturate).
         let reserve = reserve
             .checked_next_multiple_of(page)
             .unwrap_or(u64::MAX - (page - 1))
-            .clamp(page, page * MAX_RANGE_PAGES);
+            .clamp(page, page.saturating_mul(MAX_RANGE_PAGES));
         Ok(Paged {
             pages: PageTable::new(page),
             unit: (config.vm_map_unit_bytes / page * page).max(page),
