@@ -219,6 +219,60 @@ fn ranges_outside_one_live_allocation_cannot_be_touched() {
     }
 }
 
+/// A copy finds the allocation holding its range from the live map, stepping down from the
+/// address a 256-byte granule at a time, and walks the chunks only past 16 KiB: either way the
+/// same allocations are found and the same bytes refused.
+#[test]
+fn a_range_is_found_at_any_offset_of_an_allocation_among_thousands_and_never_in_free_memory() {
+    for s in subjects().into_iter().filter(|s| s.has_memory) {
+        let a = &*s.allocator;
+        let small: Vec<u64> = (0..2000).map(|_| alloc(a, 300)).collect();
+        let big = alloc(a, 3 << 20);
+        let data: Vec<u8> = (0..4096u32).map(|i| (i * 7 % 253) as u8).collect();
+        for off in [
+            0,
+            256,
+            8 << 10,
+            16 << 10,
+            16 << 10 | 256,
+            1 << 20,
+            (3 << 20) - 4096,
+        ] {
+            a.write(big + off, &data).expect(s.name);
+            let mut back = vec![0u8; 4096];
+            a.read(big + off, &mut back).expect(s.name);
+            assert_eq!(back, data, "{} at +{off}", s.name);
+        }
+        a.write(big + (3 << 20), &[])
+            .expect("an empty range at the end");
+        assert_eq!(
+            code(a.write(big + (3 << 20) - 1, &[1, 2])),
+            "ERR_ARENA_UNKNOWN_POINTER",
+            "{}: one byte past the end",
+            s.name
+        );
+        // A freed chunk between two live ones: its bytes are refused at and past its start.
+        let (lo, gap, hi) = (small[10], small[11], small[12]);
+        a.free(gap).expect(s.name);
+        for at in [gap, gap + 100, gap + 256] {
+            assert_eq!(
+                code(a.write(at, &[1])),
+                "ERR_ARENA_UNKNOWN_POINTER",
+                "{}: freed {gap:#x} + {}",
+                s.name,
+                at - gap
+            );
+        }
+        a.write(lo + 299, &[1])
+            .expect("the last byte of the one below");
+        a.write(hi, &[1]).expect("the first byte of the one above");
+        for p in small.into_iter().filter(|&p| p != gap) {
+            a.free(p).expect(s.name);
+        }
+        a.free(big).expect(s.name);
+    }
+}
+
 #[test]
 fn virtual_memory_cannot_be_read_or_written() {
     for s in subjects().into_iter().filter(|s| !s.has_memory) {

@@ -89,6 +89,10 @@ enum Memory<'a, R> {
 const BACKOFF_FACTOR: f32 = 0.9;
 const BACKOFF_MIN_BYTES: u64 = 8192;
 
+/// How many 256-byte granules below an address a copy looks up in the live map for the chunk
+/// holding it (16 KiB) before walking the region's chunks, which costs O(chunks before it).
+const HOLDING_PROBES: u32 = 64;
+
 /// A BFC arena over the raw allocator `R`. Thread-safe; threads allocate from sub-arenas of
 /// their own (see the module docs).
 #[derive(Debug)]
@@ -1500,18 +1504,45 @@ impl State {
     }
 
     /// Whether `[addr, addr + len)` lies inside one live allocation: `Some(true)` a reserve,
-    /// `Some(false)` a chunk, `None` neither.
+    /// `Some(false)` a chunk, `None` neither. Costs O(1) at an allocation's first byte or a
+    /// few KiB past it, where reads and writes mostly go, however many chunks there are.
     fn contains_range(&self, addr: u64, len: u64) -> Option<bool> {
-        if self
-            .reserves
+        if let Some(&size) = self.reserves.get(&addr) {
+            if range_inside(addr, len, addr, size) {
+                return Some(true);
+            }
+        }
+        if let Some(slot) = self.regions.find(addr) {
+            // Reserves lie in no region.
+            return self
+                .in_use_chunk_holding(slot, addr)
+                .is_some_and(|c| range_inside(addr, len, c.addr, c.requested_size))
+                .then_some(false);
+        }
+        self.reserves
             .iter()
             .any(|(&base, &size)| range_inside(addr, len, base, size))
-        {
-            return Some(true);
+            .then_some(true)
+    }
+
+    /// The in-use chunk of region `slot` whose bytes hold `addr`. Chunks start on 256-byte
+    /// granules of their region, and the in-use ones are in `live`: the first in-use start
+    /// found stepping down from `addr` either holds it or ends below it (then `addr` is in
+    /// free memory). Past [`HOLDING_PROBES`] granules, walks the region's chunks instead.
+    fn in_use_chunk_holding(&self, slot: u32, addr: u64) -> Option<&Chunk> {
+        let base = self.regions.get(slot).base;
+        let mut start = addr - (addr - base) % MIN_ALLOCATION_SIZE;
+        for _ in 0..HOLDING_PROBES {
+            if let Some(id) = self.live.get(start) {
+                let c = self.chunks.get(id);
+                return (addr - c.addr < c.size).then_some(c);
+            }
+            if start == base {
+                return None;
+            }
+            start -= MIN_ALLOCATION_SIZE;
         }
-        self.chunk_containing(addr)
-            .is_some_and(|c| c.in_use && range_inside(addr, len, c.addr, c.requested_size))
-            .then_some(false)
+        self.chunk_containing(addr).filter(|c| c.in_use)
     }
 
     /// Why `addr` is not a live allocation, for the error message.
