@@ -1,11 +1,13 @@
 //! One suite of `Allocator` behaviours, run against every implementation in this crate
-//! (the arena and the plain allocator, over host and virtual memory).
+//! (the arena in both modes, the plain allocator and the pool, over host and virtual memory).
 
 mod common;
 use common::*;
 use cuda_arena_core::{
     Allocator, Arena, ArenaConfig, HostAllocator, PlainAllocator, PoolAllocator, VirtualAllocator,
+    VirtualMemory,
 };
+use std::sync::Arc;
 
 struct Subject {
     name: &'static str,
@@ -22,6 +24,20 @@ fn subjects() -> Vec<Subject> {
         Subject {
             name: "arena/host",
             allocator: Box::new(arena(HostAllocator::default())),
+            has_memory: true,
+            counts_reserves: true,
+        },
+        Subject {
+            name: "arena, virtual memory/host",
+            allocator: Box::new({
+                let host = HostAllocator::default();
+                let vm: Arc<dyn VirtualMemory> = Arc::new(host.vm());
+                let config = ArenaConfig {
+                    use_virtual_memory: true,
+                    ..ArenaConfig::default()
+                };
+                Arena::with_virtual_memory(host, vm, config).expect("arena")
+            }),
             has_memory: true,
             counts_reserves: true,
         },
@@ -270,6 +286,42 @@ fn a_range_is_found_at_any_offset_of_an_allocation_among_thousands_and_never_in_
             a.free(p).expect(s.name);
         }
         a.free(big).expect(s.name);
+    }
+}
+
+/// `[end, end)` lies inside an allocation ending at `end`, whether the bytes after it are
+/// another live allocation, free memory or none of the allocator's (it was refused when free
+/// memory followed in the same region).
+#[test]
+fn an_empty_range_at_the_very_end_of_an_allocation_is_inside_it_whatever_follows() {
+    for s in subjects().into_iter().filter(|s| s.has_memory) {
+        let a = &*s.allocator;
+        let p = alloc(a, 1024);
+        let q = alloc(a, 1024);
+        a.write(p + 1024, &[]).expect(s.name);
+        a.free(q).expect(s.name);
+        a.write(p + 1024, &[]).expect(s.name);
+        a.read(p + 1024, &mut []).expect(s.name);
+        a.fill(p + 1024, 0, 0).expect(s.name);
+        assert_eq!(
+            code(a.write(p + 1024, &[0])),
+            "ERR_ARENA_UNKNOWN_POINTER",
+            "{}: a byte past the end",
+            s.name
+        );
+        assert_eq!(
+            code(a.write(q + 256, &[])),
+            "ERR_ARENA_UNKNOWN_POINTER",
+            "{}: an empty range inside freed memory",
+            s.name
+        );
+        a.free(p).expect(s.name);
+        assert_eq!(
+            code(a.write(p + 1024, &[])),
+            "ERR_ARENA_UNKNOWN_POINTER",
+            "{}: the end of a freed allocation",
+            s.name
+        );
     }
 }
 

@@ -1512,12 +1512,17 @@ impl State {
                 return Some(true);
             }
         }
-        if let Some(slot) = self.regions.find(addr) {
-            // Reserves lie in no region.
-            return self
-                .in_use_chunk_holding(slot, addr)
-                .is_some_and(|c| range_inside(addr, len, c.addr, c.requested_size))
-                .then_some(false);
+        // An empty range may also sit at the very end of an allocation, which the byte before
+        // names (the byte at `addr` may be another chunk's, or no region's).
+        let before = if len == 0 { addr.checked_sub(1) } else { None };
+        for at in std::iter::once(addr).chain(before) {
+            let holds = self.regions.find(at).and_then(|slot| {
+                self.in_use_chunk_holding(slot, at)
+                    .filter(|c| range_inside(addr, len, c.addr, c.requested_size))
+            });
+            if holds.is_some() {
+                return Some(false);
+            }
         }
         self.reserves
             .iter()
