@@ -325,6 +325,85 @@ fn an_empty_range_at_the_very_end_of_an_allocation_is_inside_it_whatever_follows
     }
 }
 
+/// A copy succeeds exactly where its range lies within the requested bytes of one live
+/// allocation, as a list of the live allocations decides: at random offsets (deep inside, at
+/// the ends, just outside) of random allocations, live and freed, small and up to 2 MiB.
+#[test]
+fn a_copy_succeeds_exactly_where_its_range_lies_in_one_live_allocation() {
+    for s in subjects().into_iter().filter(|s| s.has_memory) {
+        let a = &*s.allocator;
+        let mut x = 0x9E37_79B9_7F4A_7C15_u64;
+        let mut next = move |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n.max(1)
+        };
+        // (address, requested bytes) of the live allocations and of the freed ones.
+        let mut live: Vec<(u64, u64)> = Vec::new();
+        let mut dead: Vec<(u64, u64)> = Vec::new();
+        let buf = [0x5Au8; 64];
+        let (mut accepted, mut refused) = (0, 0);
+        for _ in 0..4000 {
+            match next(8) {
+                0..=2 => {
+                    // Some a whole number of granules, so that the next chunk starts at the end.
+                    let n = match next(8) {
+                        0 => (16 << 10) + next(2 << 20),
+                        1 | 2 => 256 * (1 + next(12)),
+                        _ => 1 + next(3000),
+                    };
+                    live.push((alloc(a, n), n));
+                }
+                3 if !live.is_empty() => {
+                    let (p, n) = live.swap_remove(next(live.len() as u64) as usize);
+                    a.free(p).expect(s.name);
+                    dead.push((p, n));
+                }
+                _ => {
+                    let pool = if next(4) == 0 && !dead.is_empty() {
+                        &dead
+                    } else {
+                        &live
+                    };
+                    let Some(&(p, n)) = pool.get(next(pool.len() as u64) as usize) else {
+                        continue;
+                    };
+                    let len = if next(4) == 0 { 0 } else { 1 + next(64) };
+                    let addr = match next(4) {
+                        0 => p,
+                        1 => (p + n).saturating_sub(len),
+                        2 => p + n + next(2) - next(2),
+                        _ => (p + next(n + 1024)).saturating_sub(512),
+                    };
+                    let inside = live.iter().any(|&(q, m)| addr >= q && addr + len <= q + m);
+                    let got = a.write(addr, &buf[..len as usize]);
+                    assert_eq!(
+                        got.is_ok(),
+                        inside,
+                        "{}: [{addr:#x}, +{len}) around {p:#x} + {n}",
+                        s.name
+                    );
+                    if inside {
+                        accepted += 1;
+                    } else {
+                        assert_eq!(code(got), "ERR_ARENA_UNKNOWN_POINTER", "{}", s.name);
+                        refused += 1;
+                    }
+                }
+            }
+        }
+        assert!(
+            accepted > 500 && refused > 300,
+            "{}: {accepted} / {refused}",
+            s.name
+        );
+        for (p, _) in live {
+            a.free(p).expect(s.name);
+        }
+    }
+}
+
 #[test]
 fn virtual_memory_cannot_be_read_or_written() {
     for s in subjects().into_iter().filter(|s| !s.has_memory) {
