@@ -70,19 +70,12 @@ export function touch(a: ArenaM, r: Result): void {
 
 /** The live allocation of `a` whose requested range holds `[addr, addr+len)`: 'yes', 'no' or 'either'. */
 export function rangeInside(a: ArenaM, addr: bigint, len: bigint): { v: 'yes' | 'no' | 'either'; live?: Live } {
-  // (`v` is changed by the caller for shared allocators.)
-  let edge = false
+  // (`v` is changed by the caller for shared allocators.) A zero-length range at the very
+  // end of an allocation is inside it, whatever follows.
   for (const l of a.live.values()) {
-    if (addr >= l.addr && addr + len <= l.addr + l.req) {
-      // A zero-length range at the very end of a chunk belongs to the next chunk in an arena.
-      if (len === 0n && addr === l.addr + l.req && a.isArena && !l.reserve) {
-        edge = true
-        continue
-      }
-      return { v: 'yes', live: l }
-    }
+    if (addr >= l.addr && addr + len <= l.addr + l.req) return { v: 'yes', live: l }
   }
-  return { v: edge ? 'either' : 'no' }
+  return { v: 'no' }
 }
 
 // ---------------------------------------------------------------- allocations
