@@ -18,8 +18,9 @@ pub struct Region {
 }
 
 /// Regions by slot, plus an index by address; slots of released regions are reused, lowest
-/// first. Every operation is O(log regions): with `arena.extend_strategy=1` each allocation
-/// that fits no free chunk is a region of its own, so a caller can hold hundreds of thousands.
+/// first. Insert, remove and find are O(log regions), get O(1): with `arena.extend_strategy=1`
+/// each allocation that fits no free chunk is a region of its own, so a caller can hold
+/// hundreds of thousands.
 #[derive(Debug, Default)]
 pub struct RegionSet {
     slots: Vec<Option<Region>>,
