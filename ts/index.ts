@@ -18,7 +18,7 @@ export type * from './types'
 export { cLibrary, packageVersion, platformId, prebuiltPlatforms, ERR_NO_NATIVE_BINDING } from './platform'
 export type { CLibrary } from './platform'
 export { useWithOnnxRuntime, nativeOrtErrorCodes } from './onnxruntime'
-export type { OnnxRuntimeMemoryInfo, OnnxRuntimeOptions, OnnxRuntimeRegistration, OnnxRuntimeSessionOptions } from './onnxruntime'
+export type { OnnxRuntimeAllocatorCalls, OnnxRuntimeMemoryInfo, OnnxRuntimeOptions, OnnxRuntimeRegistration, OnnxRuntimeSessionOptions } from './onnxruntime'
 
 /** The GPUs the CUDA driver reports; `[]` without a driver. Never throws. */
 export function devices(): DeviceInfo[] {

@@ -12,7 +12,8 @@
  *
  * Lifetime: sessions created before `unregister()` keep allocating from the view, and
  * onnxruntime-node never releases sessions still open at exit, so the view and the arena user it
- * holds live until the process exits; `unregister()` only stops new sessions from taking it. A
+ * holds live until the process exits; `unregister()` stops new sessions from taking it and hands
+ * the arena's wholly free memory back to the device. A
  * registration still in force when the thread that made it ends (a worker) is unregistered then.
  *
  * onnxruntime-node is an optional peer dependency: nothing here loads it until this is called.
@@ -51,6 +52,36 @@ export interface OnnxRuntimeSessionOptions {
   readonly extra: { readonly session: { readonly use_env_allocators: '1' } }
 }
 
+/**
+ * How often ONNX Runtime called each function of the registered `OrtAllocator`, since it was
+ * registered: what a provider asks of its allocator. The CUDA provider, for instance, calls
+ * `AllocOnStream` with its sessions' streams; `Reserve` is for initializers.
+ */
+export interface OnnxRuntimeAllocatorCalls {
+  /** `Alloc` calls. */
+  readonly alloc: number
+  /** `Reserve` calls. */
+  readonly reserve: number
+  /** `AllocOnStream` calls, with or without a stream. */
+  readonly allocOnStream: number
+  /** Of those, the calls with no stream or a stream without a native handle (served as `Alloc`). */
+  readonly allocOnStreamWithoutStream: number
+  /** `Free` calls with a non-null address. */
+  readonly free: number
+  /** Of those, frees of an address the allocator did not hold (logged and ignored). */
+  readonly freeIgnored: number
+  /** `Alloc`, `Reserve` and `AllocOnStream` calls that returned null for a non-zero size. */
+  readonly failed: number
+  /** `GetStats` calls. */
+  readonly getStats: number
+  /** `Shrink` calls. */
+  readonly shrink: number
+  /** Streams `AllocOnStream` made known to the allocator (a native handle seen for the first time, or again after it was forgotten). */
+  readonly newStreams: number
+  /** The native handles (`cudaStream_t` values) of the streams the allocator knows now, lowest first. */
+  readonly streamHandles: readonly bigint[]
+}
+
 /** What `useWithOnnxRuntime` returns. */
 export interface OnnxRuntimeRegistration {
   /** The registered cuda-arena allocator, for `getStats()` and `memoryLog()`; released by `unregister()`. */
@@ -65,9 +96,12 @@ export interface OnnxRuntimeRegistration {
   readonly sessionOptions: OnnxRuntimeSessionOptions
   /** Whether the allocator is still registered. */
   readonly registered: boolean
+  /** How often ONNX Runtime called each allocator function, and the streams it brought; works after `unregister()` too. */
+  calls(): OnnxRuntimeAllocatorCalls
   /**
-   * Unregisters the allocator (new sessions use ONNX Runtime's own) and releases `allocator`.
-   * Sessions created before keep using the view. A second call does nothing.
+   * Unregisters the allocator (new sessions use ONNX Runtime's own), hands the arena's wholly
+   * free memory back to the device (as `shrink()`) and releases `allocator`. Sessions created
+   * before keep using the view. A second call does nothing.
    */
   unregister(): void
 }
@@ -129,6 +163,22 @@ class Registration implements OnnxRuntimeRegistration {
   }
   get registered(): boolean {
     return this.#native.isRegistered()
+  }
+  calls(): OnnxRuntimeAllocatorCalls {
+    const c = this.#native.calls()
+    return Object.freeze({
+      alloc: c.alloc,
+      reserve: c.reserve,
+      allocOnStream: c.allocOnStream,
+      allocOnStreamWithoutStream: c.allocOnStreamWithoutStream,
+      free: c.free,
+      freeIgnored: c.freeIgnored,
+      failed: c.failed,
+      getStats: c.getStats,
+      shrink: c.shrink,
+      newStreams: c.newStreams,
+      streamHandles: Object.freeze(c.streamHandles.map((h) => BigInt(h))),
+    })
   }
   unregister(): void {
     if (this.#unregistered) return

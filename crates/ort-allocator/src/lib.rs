@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
+mod calls;
 mod env;
 mod ep;
 mod host;
@@ -10,6 +11,7 @@ mod library;
 mod user;
 mod view;
 
+pub use calls::ViewCalls;
 pub use env::OrtEnvRef;
 pub use ep::{EpAllocator, EpAllocators};
 pub use host::{negotiate_version, HostApi, MAX_ORT_API_VERSION, MIN_ORT_API_VERSION};

@@ -15,6 +15,7 @@
 //! `RegisterAllocator`, whose sessions may call the allocator until process exit, keep the
 //! view until exit ([`crate::keep_until_exit`]).
 
+use crate::calls::{Call, CallCounters, ViewCalls};
 use crate::host::{HostApi, MIN_ORT_API_VERSION};
 use crate::last_error::set_last_error;
 use crate::user::AllocatorUser;
@@ -79,6 +80,8 @@ pub struct OrtAllocatorView {
     /// waits for calls in flight and no call sees a user that is going away.
     user: RwLock<Option<AllocatorUser>>,
     on_error: Option<fn(&ArenaError)>,
+    /// How often ORT called each function.
+    calls: CallCounters,
 }
 
 // SAFETY: the raw pointers are the host's logger and memory info, which ORT lets any thread
@@ -156,6 +159,7 @@ impl OrtAllocatorView {
             memory,
             user: RwLock::new(Some(user)),
             on_error: options.on_error,
+            calls: CallCounters::default(),
         }))
     }
 
@@ -205,6 +209,17 @@ impl OrtAllocatorView {
         self.with_user(|u| Ok(u.allocator().stats()))
     }
 
+    /// How often ORT called each of the view's functions so far.
+    pub fn calls(&self) -> ViewCalls {
+        self.calls.snapshot()
+    }
+
+    /// The native handles of the host-owned streams the allocator knows now (those this view's
+    /// `AllocOnStream` calls brought, and any other user's), lowest first; empty once released.
+    pub fn stream_handles(&self) -> Vec<u64> {
+        self.streams().map(|s| s.handles()).unwrap_or_default()
+    }
+
     /// Whether [`OrtAllocatorView::release`] was called.
     pub fn is_released(&self) -> bool {
         self.user.read().is_none()
@@ -251,6 +266,7 @@ impl OrtAllocatorView {
             }),
             Ok(None) => null_mut(),
             Err(e) => {
+                self.calls.bump(Call::Failed);
                 self.failed(
                     call,
                     &e,
@@ -284,6 +300,7 @@ impl OrtAllocatorView {
                 unsafe { self.host.sync_stream_handle(stream) }
             };
             if handle == 0 {
+                self.calls.bump(Call::AllocOnStreamWithoutStream);
                 return u.allocator().alloc(size as u64);
             }
             if size == 0 {
@@ -294,6 +311,8 @@ impl OrtAllocatorView {
             if r.is_err() && made {
                 // A failed call changes nothing: the handle it made a stream for is forgotten.
                 drop(u.streams().forget_made(handle, &s));
+            } else if made {
+                self.calls.bump(Call::NewStream);
             }
             r
         })
@@ -324,6 +343,7 @@ unsafe extern "system" fn alloc(this: *mut OrtAllocator, size: usize) -> *mut c_
     let Some(v) = (unsafe { view(this) }) else {
         return null_mut();
     };
+    v.calls.bump(Call::Alloc);
     v.guard("Alloc", null_mut, || {
         v.address("Alloc", v.with_user(|u| u.allocator().alloc(size as u64)))
     })
@@ -334,6 +354,7 @@ unsafe extern "system" fn reserve(this: *const OrtAllocator, size: usize) -> *mu
     let Some(v) = (unsafe { view(this) }) else {
         return null_mut();
     };
+    v.calls.bump(Call::Reserve);
     v.guard("Reserve", null_mut, || {
         v.address(
             "Reserve",
@@ -351,6 +372,7 @@ unsafe extern "system" fn alloc_on_stream(
     let Some(v) = (unsafe { view(this) }) else {
         return null_mut();
     };
+    v.calls.bump(Call::AllocOnStream);
     v.guard("AllocOnStream", null_mut, || {
         v.address("AllocOnStream", v.alloc_on(size, stream))
     })
@@ -364,11 +386,13 @@ unsafe extern "system" fn free(this: *mut OrtAllocator, p: *mut c_void) {
     let Some(v) = (unsafe { view(this) }) else {
         return;
     };
+    v.calls.bump(Call::Free);
     v.guard(
         "Free",
         || (),
         || {
             if let Err(e) = v.with_user(|u| u.allocator().free(p.expose_provenance() as u64)) {
+                v.calls.bump(Call::FreeIgnored);
                 // ORT's Free returns nothing: an address this allocator does not hold is
                 // logged and ignored (nothing changes).
                 v.failed(
@@ -410,6 +434,7 @@ unsafe extern "system" fn get_stats(
             "cuda-arena: an internal error was caught in GetStats",
         ))
     };
+    v.calls.bump(Call::GetStats);
     v.guard("GetStats", internal, || {
         if out.is_null() {
             return fail(&ArenaError::InvalidArgument {
@@ -445,6 +470,7 @@ unsafe extern "system" fn shrink(this: *mut OrtAllocator) -> OrtStatusPtr {
             "cuda-arena: an internal error was caught in Shrink",
         ))
     };
+    v.calls.bump(Call::Shrink);
     v.guard("Shrink", internal, || {
         match v.with_user(|u| u.allocator().shrink()) {
             Ok(()) => OrtStatusPtr(null_mut()),

@@ -85,3 +85,57 @@ fn a_failed_alloc_on_a_new_stream_remembers_no_stream() {
     );
     assert!(alloc_on_stream(&v, 0, s.ptr()).is_null(), "size 0 is NULL");
 }
+
+#[test]
+fn calls_count_each_function_ort_called_and_the_streams_it_brought() {
+    let Some(host) = sham(30) else { return };
+    let f = factory("streams-calls", 1);
+    let v = view(host, &f, cuda(0));
+    let (mut a, mut b, mut none) = (
+        FakeStream::new(0xa1),
+        FakeStream::new(0xb2),
+        FakeStream::new(0),
+    );
+    let p = alloc(&v, 1000);
+    let r = reserve(&v, 2000);
+    let q = alloc_on_stream(&v, 4096, a.ptr());
+    let q2 = alloc_on_stream(&v, 4096, a.ptr());
+    let s = alloc_on_stream(&v, 4096, b.ptr());
+    let n = alloc_on_stream(&v, 4096, none.ptr());
+    let z = alloc_on_stream(&v, 0, a.ptr());
+    assert!(z.is_null(), "size 0 is NULL, not a failure");
+    let too_big = alloc(&v, usize::MAX);
+    assert!(too_big.is_null());
+    for x in [p, r, q, q2, s, n] {
+        free(&v, x);
+    }
+    free(&v, p);
+    let c = v.calls();
+    assert_eq!(
+        (
+            c.alloc,
+            c.reserve,
+            c.alloc_on_stream,
+            c.alloc_on_stream_without_stream
+        ),
+        (2, 1, 5, 1)
+    );
+    assert_eq!((c.free, c.free_ignored, c.failed), (7, 1, 1));
+    assert_eq!((c.get_stats, c.shrink), (0, 0));
+    assert_eq!(c.new_streams, 2, "0xa1 and 0xb2, each once");
+    assert_eq!(v.stream_handles(), vec![0xa1, 0xb2]);
+    drop(v.streams().expect("live").forget(0xa1));
+    let again = alloc_on_stream(&v, 4096, a.ptr());
+    free(&v, again);
+    assert_eq!(
+        v.calls().new_streams,
+        3,
+        "a forgotten handle is a new stream when it comes back"
+    );
+    v.release();
+    assert_eq!(
+        v.stream_handles(),
+        Vec::<u64>::new(),
+        "a released view knows no streams"
+    );
+}

@@ -11,8 +11,8 @@
 //! Lifetime (the crate's `keep_until_exit`): sessions created before `UnregisterAllocator` keep
 //! calling the view, and onnxruntime-node does not release sessions still open at exit, so a
 //! registered view and the allocator user it holds are kept until the process exits.
-//! Unregistering only stops new sessions from taking it; the arena stays (its free memory can
-//! be handed back with `shrink()`). The environment reference taken here is kept too, so the
+//! Unregistering stops new sessions from taking it and hands the arena's wholly free memory
+//! back to the device (`shrink`); the arena itself stays, for the sessions made before. The environment reference taken here is kept too, so the
 //! environment (which holds the view) is never torn down under a session.
 // Opening a library and handing ONNX Runtime a pointer; each block says why it holds.
 #![allow(unsafe_code)]
@@ -164,6 +164,8 @@ fn negotiate(library: &OrtLibrary, requested: Option<u32>) -> Result<HostApi> {
 pub struct NativeOrtRegistration {
     id: u64,
     key: Key,
+    /// The registered view (kept until exit), for its call counts.
+    view: &'static OrtAllocatorView,
     api_version: u32,
     library_path: String,
     ort_version: String,
@@ -260,6 +262,7 @@ pub fn ort_register(
     Ok(NativeOrtRegistration {
         id,
         key,
+        view,
         api_version: host.version(),
         library_path,
         ort_version,
@@ -290,12 +293,53 @@ impl NativeOrtRegistration {
         state().current.get(&self.key).map(|c| c.0) == Some(self.id)
     }
 
+    /// How often ONNX Runtime called each function of the registered view, and the native
+    /// handles of the streams the allocator knows now (decimal strings: handles are pointers).
+    #[napi(catch_unwind)]
+    pub fn calls(&self) -> NativeOrtCalls {
+        let c = self.view.calls();
+        NativeOrtCalls {
+            alloc: c.alloc as f64,
+            reserve: c.reserve as f64,
+            alloc_on_stream: c.alloc_on_stream as f64,
+            alloc_on_stream_without_stream: c.alloc_on_stream_without_stream as f64,
+            free: c.free as f64,
+            free_ignored: c.free_ignored as f64,
+            failed: c.failed as f64,
+            get_stats: c.get_stats as f64,
+            shrink: c.shrink as f64,
+            new_streams: c.new_streams as f64,
+            stream_handles: self
+                .view
+                .stream_handles()
+                .iter()
+                .map(u64::to_string)
+                .collect(),
+        }
+    }
+
     /// `UnregisterAllocator` if this registration is still in force; returns whether it was
     /// (a second call does nothing and returns `false`).
     #[napi(catch_unwind)]
     pub fn unregister(&self) -> Result<bool> {
         unregister_if_current(self.key, self.id)
     }
+}
+
+/// What [`NativeOrtRegistration::calls`] reports (counts below 2^53: exact as numbers).
+#[napi(object)]
+pub struct NativeOrtCalls {
+    pub alloc: f64,
+    pub reserve: f64,
+    pub alloc_on_stream: f64,
+    pub alloc_on_stream_without_stream: f64,
+    pub free: f64,
+    pub free_ignored: f64,
+    pub failed: f64,
+    pub get_stats: f64,
+    pub shrink: f64,
+    pub new_streams: f64,
+    pub stream_handles: Vec<String>,
 }
 
 /// `UnregisterAllocator` for registration `id` of `key`, if it is the one in force.
@@ -315,6 +359,15 @@ fn unregister_if_current(key: Key, id: u64) -> Result<bool> {
     // SAFETY: the view's own memory info, live while the view is (until exit).
     unsafe { env.unregister_allocator(view.memory_info()) }.map_err(refused)?;
     st.current.remove(&key);
+    drop(st);
+    // What the sessions released goes back to the device now: the view keeps the arena until
+    // exit (sessions made before may still use it), but its wholly free memory need not stay.
+    // A failed shrink leaves that memory in the arena, still usable; the unregistration stands.
+    if let Some(a) = view.allocator() {
+        if a.can_shrink() {
+            let _ = a.shrink();
+        }
+    }
     Ok(true)
 }
 

@@ -284,6 +284,11 @@ impl ForeignStreams {
         self.map.read().len()
     }
 
+    /// The handles remembered, lowest first.
+    pub fn handles(&self) -> Vec<u64> {
+        self.map.read().keys().copied().collect()
+    }
+
     /// Whether no handle is remembered.
     pub fn is_empty(&self) -> bool {
         self.len() == 0

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# On the GPU machine, from the repository root there, over pack.sh's pieces (each device call
+# carries one DEST/callN folder; /tmp survives between calls made close together):
+#   bash scripts/gpu/ort-cuda/remote.sh unpack DIR    take one call's pieces into $ORT_CUDA_ROOT
+#   bash scripts/gpu/ort-cuda/remote.sh tests OUT     the GPU tests (tests.cjs): MLP and BERT
+#   bash scripts/gpu/ort-cuda/remote.sh bench OUT     the serving benchmark (bench.sh): OUT/table.md
+#   bash scripts/gpu/ort-cuda/remote.sh run OUT       tests, then bench
+# BERT-base is exported there (export_bert.py, torch's exporter) into $ORT_CUDA_ROOT/bert.onnx.
+# The CUDA provider needs CUDA 13's cuBLAS, cuRAND, cudart (and cuDNN, cuFFT for some operators):
+# those of torch's `nvidia` wheels are put on the library path.
+# env: ORT_CUDA_ROOT=/tmp/cuda-arena-ort-cuda   ORT_CUDA_DRY=1 (dry-run.sh: CPU provider, host
+#      backend, the machine's own node, no provider, no BERT)   TORCH_PY=/opt/torch/.venv/bin/python3
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+R=${ORT_CUDA_ROOT:-/tmp/cuda-arena-ort-cuda}
+DRY=${ORT_CUDA_DRY:-0}
+export ORT_CUDA_DRY=$DRY
+APP=$R/app
+X=$APP/node_modules/onnxruntime-node/bin/napi-v6/linux/x64
+PY=${TORCH_PY:-/opt/torch/.venv/bin/python3}
+[ -x "$PY" ] || PY=python3
+say() { echo "[remote] $*"; }
+field() { awk -v k="$1" '$1 == k { print $2 }' "$R/MANIFEST"; }
+# xz, or Python's lzma where the machine has no xz.
+unxz_to() { if command -v xz >/dev/null; then xz -dc "$1" >"$2"; else "$PY" -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"), 1 << 24)' "$1" "$2"; fi; }
+
+node_bin() {
+  if [ "$DRY" = 1 ]; then command -v node; else echo "$R/bin/node"; fi
+}
+
+ready() {
+  [ -x "$(node_bin)" ] || { say "no node: unpack call1 first"; exit 1; }
+  [ -f "$APP/mlp.onnx" ] || { say "no app: unpack call1 first"; exit 1; }
+  [ "$DRY" = 1 ] || [ -f "$X/libonnxruntime_providers_cuda.so" ] || { say "no CUDA provider: unpack every call's pieces first"; exit 1; }
+  export ORT_CUDA_APP=$APP NODE=$(node_bin)
+  if [ "$DRY" != 1 ]; then
+    local sp libs
+    sp=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    libs=$(find "$sp/nvidia" -name 'lib*.so*' -printf '%h\n' 2>/dev/null | sort -u | paste -sd: || true)
+    export LD_LIBRARY_PATH="${libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  fi
+}
+
+bert() {
+  [ "$DRY" = 1 ] && return 0
+  [ -f "$R/bert.onnx" ] && return 0
+  say "exporting BERT-base"
+  "$PY" "$HERE/export_bert.py" "$R/bert.onnx" >"$1/export.log" 2>&1 || { tail -n 20 "$1/export.log"; exit 1; }
+}
+
+case "${1:-}" in
+unpack)
+  D=${2:?usage: remote.sh unpack DIR}
+  mkdir -p "$R/parts"
+  cp "$D/MANIFEST" "$R/MANIFEST"
+  if [ -f "$D/node.xz" ]; then mkdir -p "$R/bin" && unxz_to "$D/node.xz" "$R/bin/node" && chmod +x "$R/bin/node"; fi
+  if [ -f "$D/app.tar.xz" ]; then
+    rm -rf "$APP" && unxz_to "$D/app.tar.xz" "$R/app.tar" && tar -C "$R" -xf "$R/app.tar" && rm -f "$R/app.tar"
+  fi
+  for p in "$D"/provider.xz.part*; do [ -e "$p" ] && cp "$p" "$R/parts/"; done
+  want=$(field provider.parts)
+  have=$(find "$R/parts" -name 'provider.xz.part*' | wc -l)
+  say "provider pieces: $have of $want"
+  if [ "$want" -gt 0 ] && [ "$have" = "$want" ] && [ -d "$X" ]; then
+    cat "$R"/parts/provider.xz.part* >"$R/provider.xz"
+    [ "$(sha256sum <"$R/provider.xz" | cut -d' ' -f1)" = "$(field provider.xz.sha256)" ] || { say "provider.xz checksum differs"; exit 1; }
+    unxz_to "$R/provider.xz" "$X/libonnxruntime_providers_cuda.so" && rm -f "$R/provider.xz"
+    [ "$(sha256sum <"$X/libonnxruntime_providers_cuda.so" | cut -d' ' -f1)" = "$(field provider.sha256)" ] || { say "provider checksum differs"; exit 1; }
+    say "provider in place: $(stat -c %s "$X/libonnxruntime_providers_cuda.so") bytes"
+  fi
+  ;;
+tests | bench | run)
+  OUT=${2:?usage: remote.sh $1 OUT}
+  mkdir -p "$OUT"
+  ready
+  { cat "$R/MANIFEST"; "$NODE" --version; nvidia-smi -L 2>/dev/null || true; } | tee "$OUT/env.log"
+  [ "$DRY" = 1 ] || { ldd "$X/libonnxruntime_providers_cuda.so" | grep 'not found' && { say "the provider's libraries are missing"; exit 1; } || true; }
+  bert "$OUT"
+  rc=0
+  if [ "$1" != bench ]; then
+    models=("$APP/mlp.onnx")
+    [ "$DRY" = 1 ] || models+=("$R/bert.onnx")
+    UV_THREADPOOL_SIZE=4 "$NODE" "$HERE/tests.cjs" "${models[@]}" 2>&1 | tee "$OUT/tests.log"
+    rc=${PIPESTATUS[0]}
+  fi
+  if [ "$1" != tests ]; then
+    if [ "$DRY" = 1 ]; then model=$APP/mlp.onnx; else model=$R/bert.onnx; fi
+    BENCH_MODEL=$model bash "$HERE/bench.sh" "$OUT" || rc=1
+  fi
+  exit "$rc"
+  ;;
+*)
+  echo "usage: remote.sh unpack DIR | tests OUT | bench OUT | run OUT" >&2
+  exit 2
+  ;;
+esac

@@ -1,0 +1,103 @@
+// One process of the serving benchmark (bench.sh runs many, alternating): K sessions of one model,
+// all at once, each working through its own queue of seeded requests of random batch x sequence,
+// on ONNX Runtime's own allocator ('ort') or on a cuda-arena 'Cuda' allocator registered with
+// onnxruntime-node ('arena', with a config). Each session gets its own CUDA stream from the
+// provider; libuv runs each session.run on a worker thread (UV_THREADPOOL_SIZE >= K).
+//   ORT_CUDA_APP=APP node serve.cjs MODE CONF SESSIONS REQUESTS MAX_BATCH MAX_SEQ MODEL [bert|mlp]
+// Memory: the driver's count (cuMemGetInfo) sampled every millisecond from before the sessions
+// are created until the requests are done, less what was in use before (so the model's weights,
+// the provider's cuBLAS/cuDNN workspaces and the CUDA context's growth are in it); for 'arena'
+// also the arena's own peak held (TotalAllocated, sampled) and MaxInUse.
+// Prints 'RESULT {json}'.
+'use strict'
+const { modules, target, rng, parseConf, num, MODELS, usedBytes } = require('./lib.cjs')
+
+const [mode, conf = '', k = '1', nreq = '60', maxB = '16', maxS = '256', modelPath, kind = 'bert'] = process.argv.slice(2)
+if (!['ort', 'arena'].includes(mode) || !modelPath || !MODELS[kind]) {
+  console.error('usage: node serve.cjs ort|arena CONF SESSIONS REQUESTS MAX_BATCH MAX_SEQ MODEL [bert|mlp]')
+  process.exit(2)
+}
+const T = target()
+const { ort, arena } = modules()
+ort.env.logLevel = 'error'
+const model = MODELS[kind]
+const MiB = 2 ** 20
+const WARM = 3
+
+async function main() {
+  const K = Number(k)
+  const N = Number(nreq)
+  const factory = new arena.AllocatorFactory({ name: 'serve', backend: T.backend })
+  let reg = null
+  let opts = { executionProviders: T.providers }
+  if (mode === 'arena') {
+    reg = arena.useWithOnnxRuntime(factory, T.memory, parseConf(conf))
+    opts = { ...reg.sessionOptions, ...opts }
+  }
+  const base = usedBytes(factory)
+  let peak = base
+  let heldPeak = 0
+  const sample = () => {
+    const u = usedBytes(factory)
+    if (u > peak) peak = u
+    if (reg) {
+      const held = Number(reg.allocator.getStats().totalAllocated)
+      if (held > heldPeak) heldPeak = held
+    }
+  }
+  const timer = setInterval(sample, 1)
+  const t0 = process.hrtime.bigint()
+  const sessions = []
+  for (let i = 0; i < K; i++) sessions.push(await ort.InferenceSession.create(modelPath, opts))
+  const createMs = Number(process.hrtime.bigint() - t0) / 1e6
+  const times = []
+  // Per session, then summed in session order: the same whatever order the sessions finish in.
+  const sums = new Array(K).fill(0)
+  async function worker(i) {
+    const r = rng(100 + i)
+    for (let q = 0; q < N + WARM; q++) {
+      const b = 1 + Math.floor(r() * Number(maxB))
+      const s = 8 + Math.floor(r() * (Number(maxS) - 7))
+      const t = process.hrtime.bigint()
+      const out = await sessions[i].run(model.inputs(ort, b, s, r))
+      const ms = Number(process.hrtime.bigint() - t) / 1e6
+      sample()
+      if (q >= WARM) times.push(ms)
+      sums[i] += out[model.summary].data[0]
+    }
+  }
+  const t1 = process.hrtime.bigint()
+  await Promise.all(sessions.map((_, i) => worker(i)))
+  const wall = Number(process.hrtime.bigint() - t1) / 1e9
+  clearInterval(timer)
+  sample()
+  times.sort((a, b) => a - b)
+  const stats = reg ? num(reg.allocator.getStats()) : null
+  for (const s of sessions) await s.release()
+  const result = {
+    mode,
+    conf,
+    sessions: K,
+    requestsPerSession: N,
+    maxBatch: Number(maxB),
+    maxSeq: Number(maxS),
+    kind,
+    dry: T.dry,
+    createMs,
+    reqPerS: (K * (N + WARM)) / wall,
+    medianMs: times[times.length >> 1],
+    p90Ms: times[Math.floor(times.length * 0.9)],
+    peakMiB: (peak - base) / MiB,
+    heldPeakMiB: reg ? heldPeak / MiB : null,
+    heldEndMiB: stats ? stats.totalAllocated / MiB : null,
+    maxInUseMiB: stats ? stats.maxInUse / MiB : null,
+    extensions: stats ? stats.numArenaExtensions : null,
+    checksum: sums.reduce((a, b) => a + b, 0),
+  }
+  console.log('RESULT ' + JSON.stringify(result))
+  if (reg) reg.unregister()
+}
+main().catch((e) => {
+  console.log('FAILED', e && e.code ? `${e.code}:` : '', e && e.stack ? e.stack : e)
+  process.exitCode = 2
+})
