@@ -316,3 +316,80 @@ fn threads_on_host_streams_with_events_keep_the_arena_consistent_and_every_stat_
     assert_eq!(st.in_use, 0);
     assert_eq!(st.num_allocs, 4 * 3000);
 }
+
+/// A host stream of a host that may destroy it without a reset (ONNX Runtime's sessions).
+fn destroyable(f: &ForeignStreams, handle: u64) -> Stream {
+    let s = f.get(handle).expect("stream");
+    s.free_events().expect("events").set_record_at_free();
+    s
+}
+
+#[test]
+fn a_stream_the_host_may_destroy_gets_its_events_at_its_own_frees_and_none_after() {
+    // ONNX Runtime releases a session's streams without a word to any allocator; recording on
+    // such a handle when another consumer wanted its chunks later crashed a process (H200, the
+    // CUDA provider: an MLP session's runs, the session released, a BERT session created).
+    let (a, f, sim) = setup(EXACT);
+    let s = destroyable(&f, S);
+    let p = on(&a, &s, 4096);
+    let _wall = on(&a, &s, 4096);
+    a.free(p).expect("free");
+    assert_eq!(sim.records(S), 1, "the free recorded an event on S");
+    // S is destroyed here. A plain allocation (a new session's weights) wants memory.
+    let q = alloc(&a, 4096);
+    assert_ne!(q, p, "S's work may still use it");
+    assert_eq!(
+        sim.records(S),
+        1,
+        "nothing named S to the driver after its last free"
+    );
+    sim.finish(S);
+    assert_eq!(
+        alloc(&a, 4096),
+        p,
+        "the event recorded at the free came true"
+    );
+    assert_eq!(sim.records(S), 1);
+    a.check_invariants().expect("invariants");
+}
+
+#[test]
+fn out_of_memory_waits_on_what_a_destroyable_stream_recorded_and_records_nothing() {
+    let (a, f, sim) = setup(&[
+        ("arena.max_mem", "1048576"),
+        ("arena.initial_chunk_size_bytes", "1048576"),
+    ]);
+    let (s, t) = (destroyable(&f, S), f.get(T).expect("t"));
+    let p = on(&a, &s, 512 * KIB);
+    let _wall = on(&a, &s, 256 * KIB);
+    a.free(p).expect("free");
+    let recorded = sim.records(S);
+    assert_eq!(
+        on(&a, &t, 512 * KIB),
+        p,
+        "T waited for the event S's free recorded"
+    );
+    assert_eq!(sim.records(S), recorded, "and recorded none on S");
+    a.check_invariants().expect("invariants");
+}
+
+#[test]
+fn a_reused_handle_is_let_go_without_an_event_on_the_new_stream() {
+    // The handle names a new stream now: an event recorded on it would stand for the new
+    // stream's work, so the old stream's unfinished frees make the device synchronize instead.
+    let (a, f, sim) = setup(&[]);
+    sim.set_identity(S, 1);
+    let old = f.get(S).expect("s");
+    let p = on(&a, &old, 4096);
+    drop(old);
+    a.free(p).expect("free");
+    let records = sim.records(S);
+    sim.set_identity(S, 2);
+    let _new = f.get(S).expect("the same value, a new stream");
+    assert_eq!(
+        sim.records(S),
+        records,
+        "nothing recorded on the new stream for the old one"
+    );
+    assert_eq!(sim.device_syncs(), 1);
+}

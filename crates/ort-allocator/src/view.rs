@@ -307,6 +307,11 @@ impl OrtAllocatorView {
                 return Ok(None);
             }
             let (s, made) = u.streams().get_or_make(handle)?;
+            if let Some(events) = s.free_events() {
+                // ORT destroys a session's streams when the session is released and tells no
+                // allocator: an event is recorded on such a stream only at its own frees.
+                events.set_record_at_free();
+            }
             let r = u.allocator().alloc_on_stream(size as u64, &s);
             if r.is_err() && made {
                 // A failed call changes nothing: the handle it made a stream for is forgotten.

@@ -91,11 +91,23 @@ fi
 # 4. The pieces.
 rm -rf "$DEST"/call*
 mkdir -p "$DEST/call1"
-[ "$NODE_XZ" = 1 ] && xz -T2 "$XZ_LEVEL" -c "$(command -v node)" >"$DEST/call1/node.xz"
+# xz_cached SRC OUT: xz of SRC, reused from $WORK while SRC and the level are the same (xz -9e
+# of the 272 MB provider takes minutes).
+xz_cached() {
+  local key
+  key="$(sha256sum "$1" | cut -d' ' -f1) $XZ_LEVEL"
+  if [ ! -f "$2" ] || [ "$(cat "$2.key" 2>/dev/null)" != "$key" ]; then
+    xz -T2 "$XZ_LEVEL" -c "$1" >"$2.tmp" && mv "$2.tmp" "$2" && echo "$key" >"$2.key"
+  fi
+}
+if [ "$NODE_XZ" = 1 ]; then
+  xz_cached "$(command -v node)" "$WORK/node.xz"
+  cp "$WORK/node.xz" "$DEST/call1/node.xz"
+fi
 tar -C "$STAGE" -cf - app | xz -T2 "$XZ_LEVEL" >"$DEST/call1/app.tar.xz"
 parts=0
 if [ -n "$PROV" ]; then
-  xz -T2 "$XZ_LEVEL" -c "$PROV" >"$WORK/provider.xz"
+  xz_cached "$PROV" "$WORK/provider.xz"
   rm -f "$WORK"/provider.xz.part*
   split -b "$PIECE" -d -a 2 "$WORK/provider.xz" "$WORK/provider.xz.part"
   i=2
@@ -116,5 +128,4 @@ fi
   fi
 } >"$WORK/MANIFEST"
 for d in "$DEST"/call*; do cp "$WORK/MANIFEST" "$d/"; done
-rm -f "$WORK/provider.xz"
 for d in "$DEST"/call*; do say "$d: $(du -sb "$d" | cut -f1) bytes: $(ls "$d" | tr '\n' ' ')"; done

@@ -5,6 +5,7 @@
 #   bash scripts/gpu/ort-cuda/remote.sh tests OUT     the GPU tests (tests.cjs): MLP and BERT
 #   bash scripts/gpu/ort-cuda/remote.sh bench OUT     the serving benchmark (bench.sh): OUT/table.md
 #   bash scripts/gpu/ort-cuda/remote.sh run OUT       tests, then bench
+#   bash scripts/gpu/ort-cuda/remote.sh bert OUT      only export BERT (while the next pieces wait)
 # BERT-base is exported there (export_bert.py, torch's exporter) into $ORT_CUDA_ROOT/bert.onnx.
 # The CUDA provider needs CUDA 13's cuBLAS, cuRAND, cudart (and cuDNN, cuFFT for some operators):
 # those of torch's `nvidia` wheels are put on the library path.
@@ -69,6 +70,11 @@ unpack)
     say "provider in place: $(stat -c %s "$X/libonnxruntime_providers_cuda.so") bytes"
   fi
   ;;
+bert)
+  mkdir -p "${2:?usage: remote.sh bert OUT}"
+  bert "$2"
+  ls -l "$R/bert.onnx"
+  ;;
 tests | bench | run)
   OUT=${2:?usage: remote.sh $1 OUT}
   mkdir -p "$OUT"
@@ -90,7 +96,7 @@ tests | bench | run)
   exit "$rc"
   ;;
 *)
-  echo "usage: remote.sh unpack DIR | tests OUT | bench OUT | run OUT" >&2
+  echo "usage: remote.sh unpack DIR | bert OUT | tests OUT | bench OUT | run OUT" >&2
   exit 2
   ;;
 esac

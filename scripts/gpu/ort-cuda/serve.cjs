@@ -50,6 +50,10 @@ async function main() {
   const sessions = []
   for (let i = 0; i < K; i++) sessions.push(await ort.InferenceSession.create(modelPath, opts))
   const createMs = Number(process.hrtime.bigint() - t0) / 1e6
+  // After creation, before any request: the weights, and what the provider took outside any
+  // allocator (the driver's count less the arena's).
+  const afterCreate = usedBytes(factory) - base
+  const heldAfterCreate = reg ? Number(reg.allocator.getStats().totalAllocated) : null
   const times = []
   // Per session, then summed in session order: the same whatever order the sessions finish in.
   const sums = new Array(K).fill(0)
@@ -88,6 +92,8 @@ async function main() {
     medianMs: times[times.length >> 1],
     p90Ms: times[Math.floor(times.length * 0.9)],
     peakMiB: (peak - base) / MiB,
+    afterCreateMiB: afterCreate / MiB,
+    heldAfterCreateMiB: reg ? heldAfterCreate / MiB : null,
     heldPeakMiB: reg ? heldPeak / MiB : null,
     heldEndMiB: stats ? stats.totalAllocated / MiB : null,
     maxInUseMiB: stats ? stats.maxInUse / MiB : null,

@@ -243,8 +243,10 @@ impl ForeignStreams {
     /// Its work may still be running, so unless everything it freed is known done, the device
     /// is synchronized before its chunks are reset (dropped here, outside every lock).
     fn let_go_of_reused(&self, old: Stream) {
+        // Only a query: the handle names another stream now, so an event recorded on it would
+        // stand for that stream's work, not the old one's.
         let pending = old.free_events().is_some_and(|f| {
-            f.advance();
+            f.poll_now();
             f.has_incomplete()
         });
         if pending {

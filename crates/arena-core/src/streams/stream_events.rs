@@ -9,6 +9,12 @@
 //! PyTorch's `record_stream` rule (an event recorded on the stream, queried before reuse),
 //! recorded lazily: a program that allocates on one stream never records an event.
 //!
+//! A host that may destroy a stream without a word (ONNX Runtime destroys a session's streams
+//! when the session is released and tells no allocator) makes that lazy record unsafe: a driver
+//! call on a destroyed stream's handle is undefined (it crashed a process on an H200). For such a
+//! stream ([`FreeEvents::set_record_at_free`]) the event is recorded at each of its frees, while
+//! the host is known to keep it alive, and other streams only query what was recorded.
+//!
 //! The driver is called only here, never under the arena's lock; each stream keeps at most
 //! [`MAX_PENDING_EVENTS`] events, recorded again in place when full (a later point of the
 //! same stream covers every earlier one), and hands them back to the backend's pool.
@@ -19,7 +25,7 @@
 use crate::error::{ArenaError, Result};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Events a stream keeps recorded and not yet seen complete.
@@ -77,6 +83,8 @@ pub struct FreeEvents {
     /// Events recorded and not yet seen complete, oldest first, each with the highest mark
     /// it covers (its label). At most [`MAX_PENDING_EVENTS`].
     pending: Mutex<VecDeque<(u64, u64)>>,
+    /// The host may destroy the stream without telling: record only at its frees.
+    record_at_free: AtomicBool,
 }
 
 impl FreeEvents {
@@ -88,7 +96,24 @@ impl FreeEvents {
             marked: AtomicU64::new(0),
             completed: AtomicU64::new(0),
             pending: Mutex::new(VecDeque::new()),
+            record_at_free: AtomicBool::new(false),
         }
+    }
+
+    /// The host may destroy this stream without a reset (ONNX Runtime's sessions do): from now
+    /// on events are recorded on it only at its frees ([`FreeEvents::cover_at_free`]), never when
+    /// another stream wants its chunks, and [`FreeEvents::advance`] and
+    /// [`FreeEvents::finish`] only query and wait for what was recorded.
+    pub fn set_record_at_free(&self) {
+        if !self.record_at_free.load(Ordering::Relaxed) {
+            self.record_at_free.store(true, Ordering::Release);
+        }
+    }
+
+    /// Whether events are recorded only at this stream's frees.
+    #[inline]
+    pub fn records_at_free(&self) -> bool {
+        self.record_at_free.load(Ordering::Acquire)
     }
 
     /// The stream's handle.
@@ -142,9 +167,36 @@ impl FreeEvents {
     /// Covers every mark taken so far with an event (recording one unless the newest
     /// already covers them) and polls the events without blocking. Returns whether more
     /// marks are now known complete. Takes only this stream's lock, never the arena's.
+    /// For a stream that [records at its frees](FreeEvents::set_record_at_free) it only polls:
+    /// the caller is another stream, and this one may be gone.
     pub fn advance(&self) -> bool {
         let mut pending = self.pending.lock();
-        let mut advanced = self.poll(&mut pending);
+        let advanced = self.poll(&mut pending);
+        if self.records_at_free() {
+            return advanced;
+        }
+        self.cover(&mut pending) | advanced
+    }
+
+    /// Polls the events without blocking and records nothing: for a caller that must not
+    /// name the stream to the driver. Returns whether more marks are now known complete.
+    pub fn poll_now(&self) -> bool {
+        self.poll(&mut self.pending.lock())
+    }
+
+    /// At a free of one of this stream's chunks, which took a mark, with no arena lock held:
+    /// records an event covering every mark so far (the host keeps the stream alive while it
+    /// frees on it). Only for a stream that [records at its frees](FreeEvents::set_record_at_free).
+    pub fn cover_at_free(&self) {
+        let mut pending = self.pending.lock();
+        self.poll(&mut pending);
+        self.cover(&mut pending);
+    }
+
+    /// Records (or re-records) an event covering every mark taken so far, unless the newest
+    /// already does, and polls. The caller knows the stream is alive.
+    fn cover(&self, pending: &mut VecDeque<(u64, u64)>) -> bool {
+        let mut advanced = false;
         // Read before recording: every free that took a mark up to `label` happened before
         // the record, so the event stands for the stream's work up to those frees.
         let label = self.marked.load(Ordering::Acquire);
@@ -161,20 +213,21 @@ impl FreeEvents {
                     }
                 }
                 _ => {
-                    // A record that fails (a stream the host destroyed without a reset) covers
-                    // nothing: those chunks stay the stream's own until it is reset.
+                    // A record that fails covers nothing: those chunks stay the stream's own
+                    // until it is reset (or an out-of-memory wait finds them done).
                     if let Ok(ev) = self.events.record(self.native) {
                         pending.push_back((label, ev));
                     }
                 }
             }
-            advanced |= self.poll(&mut pending);
+            advanced |= self.poll(pending);
         }
         advanced
     }
 
-    /// Blocks until every mark taken so far is complete, as on the way to out of memory.
-    /// Returns whether more marks are now known complete.
+    /// Blocks until every mark taken so far is complete, as on the way to out of memory (for
+    /// a stream that records at its frees: every mark an event covers). Returns whether more
+    /// marks are now known complete.
     pub fn finish(&self) -> bool {
         self.advance();
         let mut pending = self.pending.lock();
