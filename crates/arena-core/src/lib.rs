@@ -52,4 +52,6 @@ pub use recorder::{
 };
 pub use stats::{AllocatorStats, STATS_KEYS};
 pub use stream::{Stream, StreamEvent, StreamId, StreamUser};
-pub use stream_events::{FreeEvents, SimEvents, StreamEvents, LEGACY_STREAM, MAX_PENDING_EVENTS};
+pub use stream_events::{
+    FreeEvents, SimEvents, StreamEvents, COVER_EVERY, LEGACY_STREAM, MAX_PENDING_EVENTS,
+};

@@ -308,9 +308,11 @@ impl OrtAllocatorView {
             }
             let (s, made) = u.streams().get_or_make(handle)?;
             if let Some(events) = s.free_events() {
-                // ORT destroys a session's streams when the session is released and tells no
-                // allocator: an event is recorded on such a stream only at its own frees.
-                events.set_record_at_free();
+                // ORT destroys a session's streams when the session is released (and frees some
+                // of their chunks after that), telling no allocator: the driver hears of such a
+                // stream only now, while ORT passes it, to cover its frees so far with an event.
+                events.set_host_may_destroy();
+                events.cover_in_use();
             }
             let r = u.allocator().alloc_on_stream(size as u64, &s);
             if r.is_err() && made {

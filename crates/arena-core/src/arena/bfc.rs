@@ -723,18 +723,14 @@ impl<R: RawAllocator> Arena<R> {
     #[cold]
     #[inline(never)]
     fn free_elsewhere(&self, addr: u64) -> Result<()> {
-        let cover = self.with_owner(addr, |st| match st.live.remove(addr) {
+        self.with_owner(addr, |st| match st.live.remove(addr) {
             Some(id) => {
-                let cover = st.mark_hosted_free(id);
+                st.mark_hosted_free(id);
                 st.release_chunk(id);
-                Ok(cover)
+                Ok(())
             }
-            None => self.free_other(st, addr).map(|()| None),
-        })?;
-        if let Some(events) = cover {
-            events.cover_at_free();
-        }
-        Ok(())
+            None => self.free_other(st, addr),
+        })
     }
 
     /// Runs `op` on the locked sub-arena whose region or reserve holds `addr`; an address no
@@ -1047,21 +1043,17 @@ impl State {
     }
 
     /// A chunk being freed that is tagged with a host stream with events takes that stream's
-    /// next mark: another stream may take it once the stream's work up to here is done. For a
-    /// stream that records at its frees, returns its events, to cover the mark once the
-    /// caller has let go of the lock ([`FreeEvents::cover_at_free`]).
+    /// next mark: another stream may take it once the stream's work up to here is done.
     #[inline]
-    #[must_use]
-    fn mark_hosted_free(&mut self, id: u32) -> Option<Arc<FreeEvents>> {
+    fn mark_hosted_free(&mut self, id: u32) {
         if self.hosted.is_empty() {
-            return None;
+            return;
         }
         let stream = self.chunks.get(id).stream;
-        let i = self.hosted.binary_search_by_key(&stream, |e| e.0).ok()?;
-        let events = &self.hosted[i].1;
-        let mark = events.mark();
-        self.chunks.get_mut(id).sync_id = mark;
-        events.records_at_free().then(|| events.clone())
+        if let Ok(i) = self.hosted.binary_search_by_key(&stream, |e| e.0) {
+            let mark = self.hosted[i].1.mark();
+            self.chunks.get_mut(id).sync_id = mark;
+        }
     }
 
     /// The best free chunk for `rounded` bytes that `stream` (id `consumer`, 0: no stream) may
@@ -1799,17 +1791,12 @@ impl<R: RawAllocator> Allocator for Arena<R> {
         if let Some(sub) = self.subs.get(self.me()) {
             let mut st = sub.lock();
             if let Some(id) = st.live.remove(addr) {
-                let cover = st.mark_hosted_free(id);
+                st.mark_hosted_free(id);
                 st.release_chunk(id);
                 if let Some(vm) = &self.vm {
                     let before = st.held();
                     st.vm_after_free(&**vm);
                     self.subs.follow_budget(before, st.held());
-                }
-                drop(st);
-                if let Some(events) = cover {
-                    // The driver call with no lock held.
-                    events.cover_at_free();
                 }
                 return Ok(());
             }

@@ -10,10 +10,14 @@
 //! recorded lazily: a program that allocates on one stream never records an event.
 //!
 //! A host that may destroy a stream without a word (ONNX Runtime destroys a session's streams
-//! when the session is released and tells no allocator) makes that lazy record unsafe: a driver
-//! call on a destroyed stream's handle is undefined (it crashed a process on an H200). For such a
-//! stream ([`FreeEvents::set_record_at_free`]) the event is recorded at each of its frees, while
-//! the host is known to keep it alive, and other streams only query what was recorded.
+//! when the session is released, frees some of their chunks after that, and tells no
+//! allocator) makes any later driver call naming the stream undefined: a lazy record, and even
+//! a record at the free, crashed processes on an H200 and an H100. For such a stream
+//! ([`FreeEvents::set_host_may_destroy`]) events are recorded only while the host is inside a
+//! call that passes the stream ([`FreeEvents::cover_in_use`], at its allocations), every
+//! [`COVER_EVERY`] frees or when the last event has been seen complete; other streams only
+//! query and wait on those events. Frees after the stream's last allocation stay its own
+//! until the device is synchronized on the way to out of memory, or the handle comes back.
 //!
 //! The driver is called only here, never under the arena's lock; each stream keeps at most
 //! [`MAX_PENDING_EVENTS`] events, recorded again in place when full (a later point of the
@@ -30,6 +34,10 @@ use std::sync::Arc;
 
 /// Events a stream keeps recorded and not yet seen complete.
 pub const MAX_PENDING_EVENTS: usize = 4;
+
+/// For a stream the host may destroy: at its allocations, an event is recorded once this many
+/// frees are not yet covered by one, or at once when no event is pending.
+pub const COVER_EVERY: u64 = 32;
 
 /// The legacy default stream's handle (CUDA's `CU_STREAM_LEGACY`). The null stream is a stream
 /// the host owns like any other; hosts that pass 0 for it (PyTorch does) are given this value.
@@ -83,8 +91,11 @@ pub struct FreeEvents {
     /// Events recorded and not yet seen complete, oldest first, each with the highest mark
     /// it covers (its label). At most [`MAX_PENDING_EVENTS`].
     pending: Mutex<VecDeque<(u64, u64)>>,
-    /// The host may destroy the stream without telling: record only at its frees.
-    record_at_free: AtomicBool,
+    /// The host may destroy the stream without telling: record only in its calls.
+    host_may_destroy: AtomicBool,
+    /// The highest mark an event recorded so far covers (the newest pending event's label,
+    /// or what is complete): read without the lock by [`FreeEvents::cover_in_use`].
+    recorded: AtomicU64,
 }
 
 impl FreeEvents {
@@ -96,24 +107,25 @@ impl FreeEvents {
             marked: AtomicU64::new(0),
             completed: AtomicU64::new(0),
             pending: Mutex::new(VecDeque::new()),
-            record_at_free: AtomicBool::new(false),
+            host_may_destroy: AtomicBool::new(false),
+            recorded: AtomicU64::new(0),
         }
     }
 
     /// The host may destroy this stream without a reset (ONNX Runtime's sessions do): from now
-    /// on events are recorded on it only at its frees ([`FreeEvents::cover_at_free`]), never when
-    /// another stream wants its chunks, and [`FreeEvents::advance`] and
-    /// [`FreeEvents::finish`] only query and wait for what was recorded.
-    pub fn set_record_at_free(&self) {
-        if !self.record_at_free.load(Ordering::Relaxed) {
-            self.record_at_free.store(true, Ordering::Release);
+    /// on events are recorded on it only in calls that pass it ([`FreeEvents::cover_in_use`]),
+    /// never when another stream wants its chunks; [`FreeEvents::advance`] only queries, and
+    /// [`FreeEvents::finish`] waits on what was recorded, then on the device.
+    pub fn set_host_may_destroy(&self) {
+        if !self.host_may_destroy.load(Ordering::Relaxed) {
+            self.host_may_destroy.store(true, Ordering::Release);
         }
     }
 
-    /// Whether events are recorded only at this stream's frees.
+    /// Whether events are recorded only in calls that pass this stream.
     #[inline]
-    pub fn records_at_free(&self) -> bool {
-        self.record_at_free.load(Ordering::Acquire)
+    pub fn host_may_destroy(&self) -> bool {
+        self.host_may_destroy.load(Ordering::Acquire)
     }
 
     /// The stream's handle.
@@ -167,12 +179,12 @@ impl FreeEvents {
     /// Covers every mark taken so far with an event (recording one unless the newest
     /// already covers them) and polls the events without blocking. Returns whether more
     /// marks are now known complete. Takes only this stream's lock, never the arena's.
-    /// For a stream that [records at its frees](FreeEvents::set_record_at_free) it only polls:
+    /// For a stream the [host may destroy](FreeEvents::set_host_may_destroy) it only polls:
     /// the caller is another stream, and this one may be gone.
     pub fn advance(&self) -> bool {
         let mut pending = self.pending.lock();
         let advanced = self.poll(&mut pending);
-        if self.records_at_free() {
+        if self.host_may_destroy() {
             return advanced;
         }
         self.cover(&mut pending) | advanced
@@ -184,10 +196,21 @@ impl FreeEvents {
         self.poll(&mut self.pending.lock())
     }
 
-    /// At a free of one of this stream's chunks, which took a mark, with no arena lock held:
-    /// records an event covering every mark so far (the host keeps the stream alive while it
-    /// frees on it). Only for a stream that [records at its frees](FreeEvents::set_record_at_free).
-    pub fn cover_at_free(&self) {
+    /// In a call that passes this stream (an allocation on it: the host keeps it alive for
+    /// the call), with no arena lock held: records an event covering the frees so far once
+    /// [`COVER_EVERY`] of them are not covered, or as soon as no event is pending. Most calls
+    /// decide that from three atomic loads.
+    #[inline]
+    pub fn cover_in_use(&self) {
+        let marked = self.marked.load(Ordering::Acquire);
+        let recorded = self.recorded.load(Ordering::Acquire);
+        if marked <= recorded {
+            return;
+        }
+        let pending = recorded > self.completed.load(Ordering::Acquire);
+        if pending && marked - recorded < COVER_EVERY {
+            return;
+        }
         let mut pending = self.pending.lock();
         self.poll(&mut pending);
         self.cover(&mut pending);
@@ -210,6 +233,7 @@ impl FreeEvents {
                 Some(back) if full => {
                     if self.events.rerecord(back.1, self.native).is_ok() {
                         back.0 = label;
+                        self.recorded.fetch_max(label, Ordering::AcqRel);
                     }
                 }
                 _ => {
@@ -217,6 +241,7 @@ impl FreeEvents {
                     // until it is reset (or an out-of-memory wait finds them done).
                     if let Ok(ev) = self.events.record(self.native) {
                         pending.push_back((label, ev));
+                        self.recorded.fetch_max(label, Ordering::AcqRel);
                     }
                 }
             }
@@ -229,20 +254,33 @@ impl FreeEvents {
     /// a stream that records at its frees: every mark an event covers). Returns whether more
     /// marks are now known complete.
     pub fn finish(&self) -> bool {
-        self.advance();
+        let mut advanced = self.advance();
         let mut pending = self.pending.lock();
-        let Some(&(label, ev)) = pending.back() else {
-            return false;
-        };
-        if self.events.synchronize(ev).is_err() {
-            return false;
+        if let Some(&(label, ev)) = pending.back() {
+            if self.events.synchronize(ev).is_ok() {
+                // The newest event covers all the others: they are done too.
+                for (_, ev) in pending.drain(..) {
+                    self.events.release(ev);
+                }
+                self.completed.fetch_max(label, Ordering::AcqRel);
+                advanced = true;
+            }
         }
-        // The newest event covers all the others: they are done too.
-        for (_, ev) in pending.drain(..) {
-            self.events.release(ev);
+        // Frees after the last event of a stream that may be gone: no event can be recorded
+        // for them, but once the whole device has finished what was queued, they are done.
+        let marked = self.marked.load(Ordering::Acquire);
+        if self.host_may_destroy()
+            && marked > self.completed.load(Ordering::Acquire)
+            && self.events.synchronize_device().is_ok()
+        {
+            for (_, ev) in pending.drain(..) {
+                self.events.release(ev);
+            }
+            self.completed.fetch_max(marked, Ordering::AcqRel);
+            self.recorded.fetch_max(marked, Ordering::AcqRel);
+            advanced = true;
         }
-        self.completed.fetch_max(label, Ordering::AcqRel);
-        true
+        advanced
     }
 }
 
