@@ -396,19 +396,67 @@ pub(crate) fn mem_map(
         .map_err(map("cuMemMap", size))
 }
 
-/// Lets device `device` read and write `[ptr, ptr+size)`, which is mapped.
-pub(crate) fn mem_set_access(ptr: u64, size: u64, device: u32) -> Result<()> {
-    let desc = sys::CUmemAccessDesc {
-        location: sys::CUmemLocation {
-            type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
-            id: device as i32,
-        },
-        flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
-    };
-    // SAFETY: the range is mapped memory of ours; `desc` is one fully initialised entry.
-    unsafe { sys::cuMemSetAccess(ptr, size as usize, &desc, 1) }
+/// Read-write access for each of `devices`.
+fn access_descs(devices: &[u32]) -> Vec<sys::CUmemAccessDesc> {
+    devices
+        .iter()
+        .map(|&d| sys::CUmemAccessDesc {
+            location: sys::CUmemLocation {
+                type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+                id: d as i32,
+            },
+            flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+        })
+        .collect()
+}
+
+/// Lets each of `devices` read and write `[ptr, ptr+size)`, which is mapped.
+pub(crate) fn mem_set_access(ptr: u64, size: u64, devices: &[u32]) -> Result<()> {
+    let descs = access_descs(devices);
+    // SAFETY: the range is mapped memory of ours; `descs` holds `descs.len()` fully
+    // initialised entries.
+    unsafe { sys::cuMemSetAccess(ptr, size as usize, descs.as_ptr(), descs.len()) }
         .result()
         .map_err(map("cuMemSetAccess", size))
+}
+
+/// Whether device `peer` can access memory that lives on device `owner`.
+pub(crate) fn can_access_peer(peer: CUdevice, owner: CUdevice) -> Result<bool> {
+    let mut can: std::ffi::c_int = 0;
+    // SAFETY: `can` is a valid out-pointer; both devices came from cuDeviceGet.
+    unsafe { sys::cuDeviceCanAccessPeer(&mut can, peer, owner) }
+        .result()
+        .map_err(map("cuDeviceCanAccessPeer", 0))?;
+    Ok(can != 0)
+}
+
+/// The other devices that can access memory of device `ordinal` (peer access, which the
+/// driver allows or not per pair), lowest first.
+pub(crate) fn peers_of(ordinal: u32) -> Result<Vec<u32>> {
+    let count = device_count().map_err(|name| ArenaError::Cuda {
+        name,
+        message: "cuDeviceGetCount failed".into(),
+    })?;
+    let owner = device(ordinal)?;
+    let mut peers = Vec::new();
+    for p in (0..count.max(0) as u32).filter(|&p| p != ordinal) {
+        if can_access_peer(device(p)?, owner)? {
+            peers.push(p);
+        }
+    }
+    Ok(peers)
+}
+
+/// Lets each of `devices` (none of them the pool's own) read and write the pool's memory.
+pub(crate) fn pool_set_access(pool: CUmemoryPool, devices: &[u32]) -> Result<()> {
+    if devices.is_empty() {
+        return Ok(());
+    }
+    let descs = access_descs(devices);
+    // SAFETY: `pool` is a live pool of ours; `descs` holds `descs.len()` initialised entries.
+    unsafe { sys::cuMemPoolSetAccess(pool, descs.as_ptr(), descs.len()) }
+        .result()
+        .map_err(map("cuMemPoolSetAccess", 0))
 }
 
 pub(crate) fn mem_unmap(ptr: u64, size: u64) -> Result<()> {

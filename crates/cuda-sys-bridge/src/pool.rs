@@ -128,7 +128,11 @@ impl CudaPoolAllocator {
         let _current = ctx.make_current()?;
         let pool = driver::pool_create(ctx.ordinal)?;
         let threshold = config.cuda_mempool_release_threshold.unwrap_or(u64::MAX);
-        if let Err(e) = driver::pool_set_release_threshold(pool, threshold) {
+        // Peers get access as with the virtual-memory form (see `CudaVirtualMemory::access`):
+        // pool memory belongs to no context either.
+        let set_up = driver::pool_set_release_threshold(pool, threshold)
+            .and_then(|()| driver::pool_set_access(pool, &driver::peers_of(ctx.ordinal)?));
+        if let Err(e) = set_up {
             let _ = driver::pool_destroy(pool);
             return Err(e);
         }

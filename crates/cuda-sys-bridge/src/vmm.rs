@@ -31,6 +31,12 @@ pub struct CudaVirtualMemory {
     ledger: Arc<Mutex<Ledger>>,
     granularity: u64,
     total: u64,
+    /// The devices each mapping is made accessible to: this one first, then every peer the
+    /// driver allows. Peers too, because memory from `cuMemCreate` belongs to no context: a
+    /// copy issued while another device is current on the thread (ONNX Runtime's threads keep
+    /// the device they set first) is refused with `invalid argument` unless that device may
+    /// access it (seen with two H100s and sessions on both at once).
+    access: Vec<u32>,
     /// Lock order: this, then the ledger.
     ranges: Mutex<Reservations>,
 }
@@ -58,11 +64,14 @@ impl CudaVirtualMemory {
             });
         }
         let total = driver::device_total_mem(ctx.dev)?;
+        let mut access = vec![ctx.ordinal];
+        access.extend(driver::peers_of(ctx.ordinal)?);
         Ok(CudaVirtualMemory {
             ctx,
             ledger,
             granularity,
             total,
+            access,
             ranges: Mutex::new(Reservations::new(granularity)),
         })
     }
@@ -80,7 +89,7 @@ impl CudaVirtualMemory {
             let _ = driver::mem_unmap(addr, len);
             return Err(e);
         }
-        if let Err(e) = driver::mem_set_access(addr, len, self.ctx.ordinal) {
+        if let Err(e) = driver::mem_set_access(addr, len, &self.access) {
             let _ = driver::mem_unmap(addr, len);
             return Err(e);
         }

@@ -6,6 +6,7 @@
 #   bash scripts/gpu/ort-cuda/remote.sh bench OUT     the serving benchmark (bench.sh): OUT/table.md
 #   bash scripts/gpu/ort-cuda/remote.sh run OUT       tests, then bench
 #   bash scripts/gpu/ort-cuda/remote.sh bert OUT      only export BERT (while the next pieces wait)
+#   bash scripts/gpu/ort-cuda/remote.sh multi OUT     two GPUs: multi.cjs in each mode
 # BERT-base is exported there (export_bert.py, torch's exporter) into $ORT_CUDA_ROOT/bert.onnx.
 # The CUDA provider needs CUDA 13's cuBLAS, cuRAND, cudart (and cuDNN, cuFFT for some operators):
 # those of torch's `nvidia` wheels are put on the library path.
@@ -75,6 +76,23 @@ bert)
   bert "$2"
   ls -l "$R/bert.onnx"
   ;;
+multi)
+  OUT=${2:?usage: remote.sh multi OUT}
+  mkdir -p "$OUT"
+  ready
+  bert "$OUT"
+  rc=0
+  i=0
+  for conf in "" arena.use_virtual_memory=1 arena.use_cuda_mempool=1; do
+    i=$((i + 1))
+    code=0
+    timeout 300 "$NODE" "$HERE/multi.cjs" "$R/bert.onnx" "$conf" >"$OUT/multi-$i.log" 2>&1 || code=$?
+    echo "[remote] multi ${conf:-defaults}: exit $code"
+    grep -E '^(RESULT|FAILED)' "$OUT/multi-$i.log" || tail -n 20 "$OUT/multi-$i.log"
+    [ "$code" = 0 ] || rc=1
+  done
+  exit "$rc"
+  ;;
 tests | bench | run)
   OUT=${2:?usage: remote.sh $1 OUT}
   mkdir -p "$OUT"
@@ -96,7 +114,7 @@ tests | bench | run)
   exit "$rc"
   ;;
 *)
-  echo "usage: remote.sh unpack DIR | bert OUT | tests OUT | bench OUT | run OUT" >&2
+  echo "usage: remote.sh unpack DIR | bert OUT | tests OUT | bench OUT | run OUT | multi OUT" >&2
   exit 2
   ;;
 esac
