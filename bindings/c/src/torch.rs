@@ -21,6 +21,7 @@ use cuda_arena_core::{env_config, ArenaConfig, ArenaError, Factory, PluggableDev
 use parking_lot::Mutex;
 use std::ffi::{c_int, c_void};
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// Chooses the backend, for tests: `host` or `virtual`; unset: `cuda`.
@@ -33,6 +34,8 @@ const MAX_DEVICES: usize = 64;
 struct Torch {
     setup: Result<(Arc<Factory>, ArenaConfig), ArenaError>,
     devices: [OnceLock<Arc<PluggableDevice>>; MAX_DEVICES],
+    /// Whether a device's arena failed to be made and that was said on stderr (once a device).
+    reported: [AtomicBool; MAX_DEVICES],
     /// Held while a device is made, so two threads make one.
     making: Mutex<()>,
 }
@@ -77,6 +80,14 @@ fn describe(e: &ArenaError) -> String {
     }
 }
 
+/// Why a device's arena could not be made, in one line naming the key where a key is why.
+fn describe_device_error(e: &ArenaError) -> String {
+    match e {
+        ArenaError::InvalidConfig { .. } => describe(e),
+        _ => format!("{}: {e}", e.code()),
+    }
+}
+
 fn torch() -> &'static Torch {
     TORCH.get_or_init(|| {
         let setup = read_setup();
@@ -92,6 +103,7 @@ fn torch() -> &'static Torch {
         Torch {
             setup,
             devices: [const { OnceLock::new() }; MAX_DEVICES],
+            reported: [const { AtomicBool::new(false) }; MAX_DEVICES],
             making: Mutex::new(()),
         }
     })
@@ -101,14 +113,15 @@ fn torch() -> &'static Torch {
 fn device(device: c_int) -> Result<Arc<PluggableDevice>, ArenaError> {
     let t = torch();
     let (factory, config) = t.setup.as_ref().map_err(Clone::clone)?;
-    let slot = usize::try_from(device)
+    let index = usize::try_from(device)
         .ok()
-        .and_then(|i| t.devices.get(i))
+        .filter(|&i| i < MAX_DEVICES)
         .ok_or_else(|| {
             invalid(format!(
                 "device {device} is not a device index below {MAX_DEVICES}"
             ))
         })?;
+    let slot = &t.devices[index];
     if let Some(d) = slot.get() {
         return Ok(d.clone());
     }
@@ -116,7 +129,21 @@ fn device(device: c_int) -> Result<Arc<PluggableDevice>, ArenaError> {
     if let Some(d) = slot.get() {
         return Ok(d.clone());
     }
-    let (d, warnings) = PluggableDevice::new(factory.clone(), device as u32, config)?;
+    let (d, warnings) = match PluggableDevice::new(factory.clone(), device as u32, config) {
+        Ok(made) => made,
+        Err(e) => {
+            // A setup that parses but that the device refuses (a page size below its
+            // granularity, say): PyTorch shows none of it but an out-of-memory error, so it is
+            // said here, once a device.
+            if !t.reported[index].swap(true, Ordering::Relaxed) {
+                report(&format!(
+                    "device {device} cannot be served: {}; every allocation on it will fail",
+                    describe_device_error(&e)
+                ));
+            }
+            return Err(e);
+        }
+    };
     for w in warnings {
         report(&w);
     }

@@ -97,6 +97,31 @@ fn a_bad_cuda_arena_conf_is_reported_once_and_every_allocation_fails_naming_the_
 }
 
 #[test]
+fn a_conf_the_device_refuses_is_reported_once_on_stderr_naming_the_key() {
+    // Issue 26, item 3: it parsed, the arena could not be made, and nothing said so where a
+    // PyTorch user looks.
+    let out = run(
+        "refused_conf_fails_every_allocation",
+        &[(
+            "CUDA_ARENA_CONF",
+            "arena.use_virtual_memory=1,arena.vm_page_size_bytes=256",
+        )],
+    );
+    let err = stderr(&out);
+    assert_eq!(
+        err.matches("device 0 cannot be served").count(),
+        1,
+        "reported once:
+{err}"
+    );
+    assert!(
+        err.contains("arena.vm_page_size_bytes") && err.contains("256"),
+        "names the key and the value:
+{err}"
+    );
+}
+
+#[test]
 fn an_unknown_backend_is_reported_and_every_allocation_fails() {
     let out = run(
         "bad_backend_fails_every_allocation",

@@ -151,6 +151,17 @@ def bad_conf_fails_every_allocation():
     check(lib.cuda_arena_torch_stats(0, ctypes.byref(s)) == INVALID_CONFIG, "stats say why")
 
 
+def refused_conf_fails_every_allocation():
+    # CUDA_ARENA_CONF="arena.use_virtual_memory=1,arena.vm_page_size_bytes=256": it parses,
+    # but the device's arena cannot be made with it.
+    init(1)
+    for _ in range(3):
+        check(alloc(4096, 0, DEFAULT) is None, "no allocation succeeds")
+        check("arena.vm_page_size_bytes" in last_message(), f"names the key: {last_message()}")
+    s = Stats()
+    check(lib.cuda_arena_torch_stats(0, ctypes.byref(s)) != 0, "stats fail too")
+
+
 def bad_backend_fails_every_allocation():
     # CUDA_ARENA_TORCH_BACKEND=gpu
     check(alloc(4096, 0, DEFAULT) is None and last_code() == OOM, "no allocation succeeds")
@@ -231,6 +242,7 @@ def virtual_backend_serves_large_sizes():
 CASES = {f.__name__: f for f in (
     driven_like_torch, memory_fraction_is_a_limit, conf_is_applied,
     bad_conf_fails_every_allocation, bad_backend_fails_every_allocation,
+    refused_conf_fails_every_allocation,
     errors_are_codes_never_crashes, threads_share_the_device, the_c_abi_shares_the_allocator,
     virtual_backend_serves_large_sizes,
 )}
