@@ -489,3 +489,34 @@ fn a_summary_says_nothing_before_anything_is_recorded() {
     );
     assert!(sink.lines().is_empty());
 }
+
+#[test]
+fn two_allocators_recording_to_one_file_is_refused_and_the_first_recording_stays_whole() {
+    // Issue 26, item 2: a Cuda and a Cpu allocator of one factory both recorded to one path,
+    // both reported success, and the file held a torn mix that replay refused.
+    let file = TempFile::new("two-allocators");
+    let (first, second) = (recordable(&[]), recordable(&[]));
+    first.start_recording(file.path()).expect("starts");
+    let spelled = format!(
+        "{}/./{}",
+        std::env::temp_dir().display(),
+        file.0.file_name().expect("name").to_string_lossy()
+    );
+    let e = second
+        .start_recording(&spelled)
+        .expect_err("the file is taken");
+    assert_eq!(e.code(), "ERR_ARENA_INVALID_ARGUMENT");
+    assert!(e.to_string().contains("records to that file now"), "{e}");
+    assert!(!second.is_recording());
+    let ps: Vec<u64> = (0..1000).map(|i| alloc(&first, 256 + i)).collect();
+    for p in ps {
+        first.free(p).expect("live");
+    }
+    let summary = first.stop_recording().expect("stops");
+    assert_eq!(summary.ops, 2000);
+    let trace = parse_trace_bytes(file.text().as_bytes(), false).expect("whole, parses");
+    assert_eq!(trace.ops.len(), 2000);
+    // Once the first has stopped, the file is free to record to again.
+    second.start_recording(&spelled).expect("starts now");
+    second.stop_recording().expect("stops");
+}

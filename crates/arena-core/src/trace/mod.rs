@@ -11,6 +11,7 @@ use std::time::Instant;
 
 pub mod picture;
 pub(crate) mod recorder;
+mod recording_files;
 pub mod torch_snapshot;
 pub mod trace_format;
 

@@ -284,6 +284,8 @@ pub struct Recorder {
     untracked_frees: u64,
     /// Why the recording stopped itself (not a write error: those are the writer's).
     error: Option<String>,
+    /// The recording's hold on its file; let go once everything is written.
+    claim: Option<super::recording_files::FileClaim>,
 }
 
 impl std::fmt::Debug for Recorder {
@@ -300,13 +302,19 @@ impl Recorder {
     /// A recorder writing to a new file at `path` (an existing file is replaced). A path that
     /// cannot be created is `ERR_ARENA_INVALID_ARGUMENT` naming it.
     pub fn create(path: &str) -> Result<Recorder> {
-        let file = std::fs::File::create(path).map_err(|e| {
-            let path = crate::error::escaped(path);
-            ArenaError::invalid_argument(format!("cannot record to {path}: {e}"))
-        })?;
+        Recorder::create_for(path, "another recording")
+    }
+
+    /// As [`Recorder::create`], for `who` (e.g. "the allocator for Cuda:0"): while it records,
+    /// another recording of this process to the same file (under any spelling) is refused with
+    /// `ERR_ARENA_INVALID_ARGUMENT` naming the path and `who`, and the file is left whole.
+    pub fn create_for(path: &str, who: &str) -> Result<Recorder> {
+        let (file, claim) = super::recording_files::open_for_recording(path, who)?;
         // A second handle, to cut the file back after a failed write.
         let cut = file.try_clone().ok();
-        Recorder::start(path, Box::new(file), cut, RECORD_BUFFER_BYTES)
+        let mut rec = Recorder::start(path, Box::new(file), cut, RECORD_BUFFER_BYTES)?;
+        rec.claim = Some(claim);
+        Ok(rec)
     }
 
     /// A recorder writing to `sink` through two buffers of `buffer_bytes` (at least 192);
@@ -337,6 +345,7 @@ impl Recorder {
             failed_allocs: 0,
             untracked_frees: 0,
             error: None,
+            claim: None,
         })
     }
 
@@ -404,6 +413,8 @@ impl Recorder {
     /// Writes what is buffered, closes the file, and says what the recording did.
     pub fn finish(self) -> RecordingSummary {
         let written = self.spool.finish();
+        // Written and closed: the file may go to another recording now.
+        drop(self.claim);
         RecordingSummary {
             path: self.path,
             ops: written.ops,
@@ -707,7 +718,8 @@ impl<A: Allocator + ?Sized> Allocator for RecordingAllocator<A> {
     }
 
     fn start_recording(&self, path: &str) -> Result<()> {
-        self.start_recording_with(|| Recorder::create(path))
+        let who = format!("the allocator for {}", self.inner.info());
+        self.start_recording_with(|| Recorder::create_for(path, &who))
     }
 
     fn stop_recording(&self) -> Result<RecordingSummary> {

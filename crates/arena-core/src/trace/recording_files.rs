@@ -1,0 +1,144 @@
+//! Which files recordings write to now, process-wide, so that a second recording to the same
+//! file is refused before it truncates the first's (issue 26: two allocators recording to one
+//! path both reported success over a torn file).
+//!
+//! A file is known by its device and inode (opened without truncating first), so two
+//! spellings of one path, a hard link or a symbolic link are one file. A claim lasts as long as
+//! the recording that holds it.
+
+use crate::error::{ArenaError, Result};
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::fs::File;
+
+/// What identifies an open file: (device, inode).
+type FileKey = (u64, u64);
+
+/// Files claimed now → who records there.
+static CLAIMED: Mutex<BTreeMap<FileKey, String>> = Mutex::new(BTreeMap::new());
+
+/// A recording's hold on its file; dropping it lets the next recording have the file. None
+/// for what is not a regular file (`/dev/null` takes any number of recordings).
+#[derive(Debug)]
+pub(crate) struct FileClaim {
+    key: Option<FileKey>,
+}
+
+impl Drop for FileClaim {
+    fn drop(&mut self) {
+        if let Some(key) = self.key {
+            CLAIMED.lock().remove(&key);
+        }
+    }
+}
+
+/// The file's identity, or None for what is not a regular file.
+fn key_of(file: &File) -> std::io::Result<Option<FileKey>> {
+    let m = file.metadata()?;
+    if !m.is_file() {
+        return Ok(None);
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        Ok(Some((m.dev(), m.ino())))
+    }
+    #[cfg(not(unix))]
+    {
+        Ok(None)
+    }
+}
+
+/// Opens `path` for `who`'s recording, empty: refused (`ERR_ARENA_INVALID_ARGUMENT`, naming the
+/// path and who records there) while another recording of this process writes to the same
+/// file, which is then left as it is.
+pub(crate) fn open_for_recording(path: &str, who: &str) -> Result<(File, FileClaim)> {
+    let shown = crate::error::escaped(path);
+    let cannot =
+        |e: std::io::Error| ArenaError::invalid_argument(format!("cannot record to {shown}: {e}"));
+    // Not truncated yet: a file another recording writes must stay whole.
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(cannot)?;
+    let Some(key) = key_of(&file).map_err(cannot)? else {
+        // A device or a pipe: nothing to truncate, nothing to tear.
+        return Ok((file, FileClaim { key: None }));
+    };
+    {
+        let mut claimed = CLAIMED.lock();
+        if let Some(holder) = claimed.get(&key) {
+            return Err(ArenaError::invalid_argument(format!(
+                "cannot record to {shown}: {holder} records to that file now; stop that \
+                 recording first or choose another path"
+            )));
+        }
+        claimed.insert(key, who.to_string());
+    }
+    let claim = FileClaim { key: Some(key) };
+    file.set_len(0).map_err(cannot)?;
+    Ok((file, claim))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp(name: &str) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!("cuda-arena-claims-{}-{name}", std::process::id()))
+    }
+
+    #[test]
+    fn a_file_claimed_by_one_recording_is_refused_to_another_under_any_spelling_and_kept_whole() {
+        let path = temp("spelled");
+        std::fs::write(&path, "").expect("file");
+        let (mut first, claim) =
+            open_for_recording(path.to_str().expect("utf-8"), "the Cuda:0 allocator")
+                .expect("first");
+        std::io::Write::write_all(&mut first, b"kept\n").expect("write");
+        let dir = path.parent().expect("dir");
+        let other = format!(
+            "{}/./{}",
+            dir.display(),
+            path.file_name().expect("name").to_string_lossy()
+        );
+        let e = open_for_recording(&other, "the Cpu allocator").expect_err("refused");
+        assert_eq!(e.code(), "ERR_ARENA_INVALID_ARGUMENT");
+        assert!(e.to_string().contains("the Cuda:0 allocator"), "{e}");
+        assert_eq!(
+            std::fs::read_to_string(&path).expect("read"),
+            "kept\n",
+            "not truncated"
+        );
+        drop(claim);
+        let (_f, _again) =
+            open_for_recording(&other, "the Cpu allocator").expect("free once released");
+        assert_eq!(
+            std::fs::read_to_string(&path).expect("read"),
+            "",
+            "truncated for the new one"
+        );
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn devices_take_any_number_of_recordings() {
+        let (_a, _ca) = open_for_recording("/dev/null", "one").expect("first");
+        let (_b, _cb) = open_for_recording("/dev/null", "two").expect("second");
+    }
+
+    #[test]
+    fn a_symbolic_link_to_a_claimed_file_is_the_same_file() {
+        let path = temp("target");
+        let link = temp("link");
+        let _ = std::fs::remove_file(&link);
+        let (_f, _claim) = open_for_recording(path.to_str().expect("utf-8"), "one").expect("first");
+        std::os::unix::fs::symlink(&path, &link).expect("symlink");
+        assert!(open_for_recording(link.to_str().expect("utf-8"), "two").is_err());
+        let _ = std::fs::remove_file(&link);
+        let _ = std::fs::remove_file(&path);
+    }
+}
