@@ -45,6 +45,81 @@ pub(crate) fn library_present() -> bool {
     unsafe { sys::is_culib_present() }
 }
 
+/// Every driver function this crate calls, directly or through cudarc's `result` wrappers
+/// (whose symbol is in the comment of each `cu::` use below it). cudarc looks each up at its
+/// first call and panics when it is missing, so `availability` checks them all first. A test
+/// checks that every `sys::cu…` this crate names is here.
+pub(crate) const SYMBOLS: &[&str] = &[
+    "cuGetErrorName",
+    "cuGetErrorString",
+    "cuInit",
+    "cuDeviceGetCount",
+    "cuDeviceGet",
+    "cuDeviceGetAttribute",
+    "cuDeviceGetName",
+    "cuDeviceGetPCIBusId",
+    "cuDeviceTotalMem_v2",
+    "cuDeviceCanAccessPeer",
+    "cuDeviceGetDefaultMemPool",
+    "cuDevicePrimaryCtxRetain",
+    "cuDevicePrimaryCtxRelease_v2",
+    "cuCtxGetCurrent",
+    "cuCtxSetCurrent",
+    "cuCtxSynchronize",
+    "cuMemGetInfo_v2",
+    "cuMemAlloc_v2",
+    "cuMemFree_v2",
+    "cuMemHostAlloc",
+    "cuMemFreeHost",
+    "cuMemAllocAsync",
+    "cuMemFreeAsync",
+    "cuMemcpyHtoD_v2",
+    "cuMemcpyDtoH_v2",
+    "cuMemPoolCreate",
+    "cuMemPoolDestroy",
+    "cuMemPoolGetAttribute",
+    "cuMemPoolSetAttribute",
+    "cuMemPoolSetAccess",
+    "cuMemPoolTrimTo",
+    "cuMemAllocFromPoolAsync",
+    "cuMemAddressReserve",
+    "cuMemAddressFree",
+    "cuMemCreate",
+    "cuMemRelease",
+    "cuMemMap",
+    "cuMemUnmap",
+    "cuMemSetAccess",
+    "cuMemGetAllocationGranularity",
+    "cuStreamCreate",
+    "cuStreamDestroy_v2",
+    "cuStreamSynchronize",
+    "cuStreamWaitEvent",
+    "cuStreamGetId",
+    "cuEventCreate",
+    "cuEventDestroy_v2",
+    "cuEventRecord",
+    "cuEventQuery",
+    "cuEventSynchronize",
+];
+
+/// The driver library cudarc loads (the first of its candidates that loads), and the first of
+/// [`SYMBOLS`] it lacks, if any. Call only once [`library_present`] holds.
+pub(crate) fn missing_symbol() -> Option<(String, &'static str)> {
+    // SAFETY: `library_present` held, so `culib` finds a library rather than panicking; looking
+    // a symbol up calls nothing in it.
+    let lib = unsafe { sys::culib() };
+    let missing = SYMBOLS.iter().copied().find(|name| {
+        // SAFETY: as above: a lookup only.
+        unsafe { lib.get::<*const std::ffi::c_void>(name.as_bytes()) }.is_err()
+    })?;
+    let name = cudarc::get_lib_name_candidates("cuda")
+        .into_iter()
+        // SAFETY: loading a library cudarc would load anyway (it is loaded already).
+        .find(|c| unsafe { libloading::Library::new(c) }.is_ok())
+        .unwrap_or_else(|| "libcuda".to_string());
+    Some((name, missing))
+}
+
 pub(crate) fn init() -> std::result::Result<(), String> {
     cu::init().map_err(|e| error_name(&e))
 }
