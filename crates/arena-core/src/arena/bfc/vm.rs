@@ -415,6 +415,15 @@ impl State {
                 "the size rounded up to whole pages does not fit in 64 bits",
             )
         })?;
+        // More than the device has can never be served, whatever the page size: said first,
+        // with no advice that cannot work.
+        let device = vm.total_memory();
+        if need > device {
+            return Err(ArenaError::oom(
+                size,
+                format!("it is more than the device's {device} bytes of memory"),
+            ));
+        }
         if need / p.page() > MAX_RANGE_PAGES {
             return Err(ArenaError::oom(
                 size,
@@ -1020,7 +1029,18 @@ fn map_in_units(vm: &dyn VirtualMemory, addr: u64, len: u64, unit: u64) -> Resul
                 let _ = vm.unmap(back, m);
                 back += m;
             }
-            return Err(e);
+            // The backend's reason speaks of the moment this piece failed, with the pieces
+            // before it mapped: say so, or "0 bytes free" reads as the device's state.
+            return Err(match e {
+                ArenaError::OutOfMemory { requested, reason } if at > addr => ArenaError::oom(
+                    requested,
+                    format!(
+                        "{reason}, with {} of the {len} bytes mapped already (given back)",
+                        at - addr
+                    ),
+                ),
+                e => e,
+            });
         }
         at += n;
     }
@@ -1066,5 +1086,50 @@ mod tests {
         assert_eq!(w, y);
         a.free(w).expect("live");
         a.check_invariants().expect("consistent");
+    }
+
+    fn four_gib(pairs: &[(&str, &str)]) -> Arena<VirtualAllocator> {
+        let raw = VirtualAllocator::new(DeviceLimits::with_total(4 << 30)).with_granularity(4096);
+        let vm: Arc<dyn VirtualMemory> = Arc::new(raw.vm());
+        let config = ArenaConfig::from_pairs(pairs.iter().copied()).expect("config");
+        Arena::with_virtual_memory(raw, vm, config).expect("arena")
+    }
+
+    fn oom_reason(a: &Arena<VirtualAllocator>, size: u64) -> String {
+        let e = a.alloc(size).expect_err("out of memory");
+        assert_eq!(e.code(), "ERR_ARENA_OUT_OF_MEMORY");
+        e.to_string()
+    }
+
+    #[test]
+    fn more_than_the_device_has_is_said_so_with_no_advice_that_cannot_work() {
+        // Issue 26, item 4: 1 TiB on a 4 GiB device advised a larger page size, and with
+        // 1 GiB pages the message said the empty device had 0 bytes free.
+        for pairs in [vec![], vec![("arena.vm_page_size_bytes", "1073741824")]] {
+            let a = four_gib(&pairs);
+            for size in [1u64 << 40, 5 << 30] {
+                let reason = oom_reason(&a, size);
+                assert!(
+                    reason.contains("more than the device's 4294967296 bytes"),
+                    "{pairs:?} {size}: {reason}"
+                );
+                assert!(!reason.contains("vm_page_size_bytes"), "{reason}");
+                assert!(!reason.contains("0 of 4294967296 bytes free"), "{reason}");
+            }
+            assert_eq!(
+                a.stats().total_allocated,
+                0,
+                "nothing held after the failures"
+            );
+        }
+    }
+
+    #[test]
+    fn a_mapping_that_fails_partway_says_how_much_it_had_mapped() {
+        let a = four_gib(&[("arena.vm_map_unit_bytes", "1073741824")]);
+        let keep = a.alloc(2 << 30).expect("fits").expect("keep");
+        let reason = oom_reason(&a, 3 << 30);
+        assert!(reason.contains("mapped already (given back)"), "{reason}");
+        a.free(keep).expect("live");
     }
 }
