@@ -111,13 +111,11 @@ fn a_conf_the_device_refuses_is_reported_once_on_stderr_naming_the_key() {
     assert_eq!(
         err.matches("device 0 cannot be served").count(),
         1,
-        "reported once:
-{err}"
+        "reported once:\n{err}"
     );
     assert!(
         err.contains("arena.vm_page_size_bytes") && err.contains("256"),
-        "names the key and the value:
-{err}"
+        "names the key and the value:\n{err}"
     );
 }
 

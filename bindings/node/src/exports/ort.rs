@@ -12,8 +12,9 @@
 //! calling the view, and onnxruntime-node does not release sessions still open at exit, so a
 //! registered view and the allocator user it holds are kept until the process exits.
 //! Unregistering stops new sessions from taking it and hands the arena's wholly free memory
-//! back to the device (`shrink`); the arena itself stays, for the sessions made before. The environment reference taken here is kept too, so the
-//! environment (which holds the view) is never torn down under a session.
+//! back to the device (`shrink`); the arena itself stays, for the sessions made before. The
+//! environment reference taken here is kept too, so the environment (which holds the view) is
+//! never torn down under a session.
 // Opening a library and handing ONNX Runtime a pointer; each block says why it holds.
 #![allow(unsafe_code)]
 

@@ -250,9 +250,10 @@ impl FreeEvents {
         advanced
     }
 
-    /// Blocks until every mark taken so far is complete, as on the way to out of memory (for
-    /// a stream that records at its frees: every mark an event covers). Returns whether more
-    /// marks are now known complete.
+    /// Blocks until every mark taken so far is complete, as on the way to out of memory: waits
+    /// on the newest event, and, for a stream the host may destroy (whose latest frees no
+    /// event may cover), on the whole device. Returns whether more marks are now known
+    /// complete.
     pub fn finish(&self) -> bool {
         let mut advanced = self.advance();
         let mut pending = self.pending.lock();
