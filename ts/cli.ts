@@ -77,8 +77,8 @@ its first byte): its allocs and requested frees are replayed, and what was skipp
 A config with arena.use_cuda_mempool=1 replays through the memory pool (it has no regions:
 held is what the pool keeps from the device). Each "stream" number in the trace replays on a
 stream of its own (at most ${MAX_STREAMS} distinct). A line over 4096 bytes, or more than
-${MAX_TRACE_LINES} lines, stops the replay even with --lenient. A snapshot is read whole, at most
-${MAX_SNAPSHOT_BYTES} bytes; docs/pytorch.md says how its events become the trace.`,
+${MAX_TRACE_LINES} lines, stops the replay even with --lenient. A snapshot is decoded as it is
+read, at most ${MAX_SNAPSHOT_BYTES} bytes; docs/pytorch.md says how its events become the trace.`,
 }
 
 class UsageError extends Error {}

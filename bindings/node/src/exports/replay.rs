@@ -8,7 +8,7 @@ use crate::allocator::NativeAllocator;
 use crate::error::{invalid, js, Result};
 use cuda_arena_core::factory::{selected_allocator, Selected};
 use cuda_arena_core::torch_snapshot::{
-    looks_like_pickle, read_snapshot, SnapshotReport, MAX_SNAPSHOT_BYTES,
+    looks_like_pickle, read_snapshot_from, SnapshotError, SnapshotReport, MAX_SNAPSHOT_BYTES,
 };
 use cuda_arena_core::trace::picture::{Picture, PictureOptions, PictureRecorder};
 use cuda_arena_core::trace::{
@@ -448,7 +448,7 @@ pub struct JsReplayFileOptions {
 pub const MAX_PICTURE_OPS: u32 = 10_000_000;
 
 /// Reads the trace at `path`: a PyTorch memory snapshot when its first byte is a pickle's
-/// (read whole, at most `MAX_SNAPSHOT_BYTES`; `options.device` picks the device, default the
+/// (decoded as it is read, at most `MAX_SNAPSHOT_BYTES`; `options.device` picks the device, default the
 /// one with the most events), else JSON lines (streamed: a line over 4 KiB or more than
 /// `options.max_lines` lines stop it; `options.device` must be absent). An empty file is
 /// neither. Then replays it through a fresh allocator per config on `backend` (`virtual` or
@@ -703,19 +703,12 @@ fn read_trace(
     if size > MAX_SNAPSHOT_BYTES {
         return Err(too_big(format!("{size} bytes")));
     }
-    // Read whole: a pickle is decoded at once. A pipe is read one byte past the maximum, to
-    // tell that it holds more.
-    let mut bytes = Vec::with_capacity(size as usize);
-    std::io::Read::read_to_end(
-        &mut std::io::Read::take(&mut reader, MAX_SNAPSHOT_BYTES + 1),
-        &mut bytes,
-    )
-    .map_err(|e| cannot_read(&e))?;
-    if bytes.len() as u64 > MAX_SNAPSHOT_BYTES {
-        return Err(too_big("more bytes".into()));
-    }
-    let trace = read_snapshot(&bytes, device.map(|d| d as usize))
-        .map_err(|e| invalid(format!("{path}: {e}")))?;
+    // Decoded as it is read: the reader keeps only the events, whatever else the file holds.
+    // A pipe that gives more than the maximum is stopped there.
+    let trace = read_snapshot_from(reader, device.map(|d| d as usize)).map_err(|e| match e {
+        SnapshotError::TooLarge { .. } => too_big("more bytes".into()),
+        other => invalid(format!("{path}: {other}")),
+    })?;
     Ok((
         ParsedTrace {
             ops: trace.ops,

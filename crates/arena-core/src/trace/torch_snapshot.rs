@@ -24,26 +24,27 @@
 //! ends balanced. An `alloc` at an address that is still live cannot come from torch (it
 //! freed that block first, and the free was lost): the live block is freed first, and counted.
 //!
-//! Reading is bounded: a snapshot is read whole (a pickle is not a stream of lines), at most
-//! [`MAX_SNAPSHOT_BYTES`]; its opcodes are checked before decoding (only plain data, nested at
-//! most 32 deep, see `shape.rs`); decoding visits at most a fixed number of values per byte
-//! (`decode.rs`) and keeps at most [`MAX_SNAPSHOT_EVENTS`] events, 32 bytes each. The pickle is
-//! parsed with the `serde-pickle` crate; a file that is not a snapshot is
+//! Reading is bounded: a snapshot is read as a stream, at most [`MAX_SNAPSHOT_BYTES`], by a
+//! pickle machine of its own (`machine.rs`) that keeps of each value only what the replay
+//! reads (`values.rs`): memory is the events (32 bytes each, at most [`MAX_SNAPSHOT_EVENTS`]),
+//! two bytes per memoized value and at most [`MAX_PENDING_VALUES`] values pending, whatever
+//! else the file holds, and time is linear in the file. (A general unpickler, `serde-pickle`
+//! as before, builds the whole file first: 65 bytes of memory per byte of a snapshot padded
+//! with what the replay never reads.) A file that is not a snapshot is
 //! [`SnapshotError::NotASnapshot`], with what is wrong and where.
 
-mod decode;
-mod shape;
+mod machine;
+mod source;
+mod values;
 
 use crate::trace::{TraceOp, MAX_TRACE_STREAMS};
 use std::collections::HashMap;
 use std::fmt;
 
-pub use decode::VISITS_PER_BYTE;
-pub use shape::MAX_NESTING;
+pub use machine::{MAX_OPEN_MARKS, MAX_PENDING_VALUES};
 
-/// The largest snapshot read, in bytes. A snapshot is read whole, and decoding it takes 12 to
-/// 17 times its size in memory while it runs (measured on torch 2.11's: `docs/pytorch.md`); a
-/// longer history is better recorded with a smaller `max_entries` or `context=None`.
+/// The largest snapshot read, in bytes: what PyTorch writes for a long history with stack
+/// traces is well below it.
 pub const MAX_SNAPSHOT_BYTES: u64 = 1 << 30;
 
 /// The most events a snapshot may hold, all devices together: the most operations a trace
@@ -136,6 +137,11 @@ pub enum SnapshotError {
     /// A snapshot, but not one that can be replayed as asked (no events, no such device, too
     /// many streams).
     Unusable(String),
+    /// More than `limit` bytes: [`MAX_SNAPSHOT_BYTES`].
+    TooLarge {
+        /// The most bytes read.
+        limit: u64,
+    },
 }
 
 impl fmt::Display for SnapshotError {
@@ -143,6 +149,9 @@ impl fmt::Display for SnapshotError {
         match self {
             SnapshotError::NotASnapshot(why) => write!(f, "not a PyTorch memory snapshot: {why}"),
             SnapshotError::Unusable(why) => f.write_str(why),
+            SnapshotError::TooLarge { limit } => {
+                write!(f, "more than the {limit} bytes a snapshot may have")
+            }
         }
     }
 }
@@ -193,13 +202,19 @@ pub struct SnapshotTrace {
 /// the device's ordinal).
 pub fn decode_snapshot(bytes: &[u8]) -> Result<Vec<Vec<SnapshotEvent>>, SnapshotError> {
     if bytes.len() as u64 > MAX_SNAPSHOT_BYTES {
-        return Err(SnapshotError::NotASnapshot(format!(
-            "{} bytes, more than the {MAX_SNAPSHOT_BYTES} a snapshot may have",
-            bytes.len()
-        )));
+        return Err(SnapshotError::TooLarge {
+            limit: MAX_SNAPSHOT_BYTES,
+        });
     }
-    shape::check(bytes).map_err(SnapshotError::NotASnapshot)?;
-    decode::decode(bytes, MAX_SNAPSHOT_EVENTS).map_err(SnapshotError::NotASnapshot)
+    decode_snapshot_from(bytes)
+}
+
+/// [`decode_snapshot`] from a stream (a file, a pipe), read as it is decoded: at most
+/// [`MAX_SNAPSHOT_BYTES`] are read, and one more is an error.
+pub fn decode_snapshot_from<R: std::io::BufRead>(
+    reader: R,
+) -> Result<Vec<Vec<SnapshotEvent>>, SnapshotError> {
+    machine::decode(reader, MAX_SNAPSHOT_BYTES, MAX_SNAPSHOT_EVENTS)
 }
 
 /// The trace of one device's `events`, by the rules of the module's documentation. The
@@ -278,7 +293,22 @@ pub fn default_device(devices: &[Vec<SnapshotEvent>]) -> Option<usize> {
 /// A device without `alloc` events (history not recorded) is [`SnapshotError::Unusable`], with
 /// how to record one.
 pub fn read_snapshot(bytes: &[u8], device: Option<usize>) -> Result<SnapshotTrace, SnapshotError> {
-    let devices = decode_snapshot(bytes)?;
+    snapshot_trace(decode_snapshot(bytes)?, device)
+}
+
+/// [`read_snapshot`] from a stream, read as it is decoded (see [`decode_snapshot_from`]).
+pub fn read_snapshot_from<R: std::io::BufRead>(
+    reader: R,
+    device: Option<usize>,
+) -> Result<SnapshotTrace, SnapshotError> {
+    snapshot_trace(decode_snapshot_from(reader)?, device)
+}
+
+/// The trace of `device` of the decoded `devices`.
+fn snapshot_trace(
+    devices: Vec<Vec<SnapshotEvent>>,
+    device: Option<usize>,
+) -> Result<SnapshotTrace, SnapshotError> {
     let counts: Vec<u64> = devices.iter().map(|d| d.len() as u64).collect();
     let chosen = match device {
         Some(d) if d < devices.len() => d,
