@@ -140,7 +140,10 @@ fn a_free_from_another_thread_gives_the_memory_back_to_the_thread_it_came_from()
         a2.free(p).expect("a pointer another thread allocated");
         alloc(&*a2, 4096)
     });
-    assert_ne!(q, p, "the other thread allocates from its own memory");
+    assert_ne!(
+        q, p,
+        "the owner holds memory in use: the other thread allocates from its own"
+    );
     let a1 = a.clone();
     let again = owner.run(move || alloc(&*a1, 4096));
     assert_eq!(again, p, "the owner gets its chunk back");
@@ -189,13 +192,18 @@ fn out_of_memory_idle_regions_of_every_thread_go_back_and_the_allocation_retries
         DeviceLimits::with_total(2 * MIB),
         &[("arena.initial_chunk_size_bytes", "1048576")],
     ));
+    // Both live at once, so each thread grows a region of its own.
     let (w1, w2) = (Worker::new(), Worker::new());
-    for w in [&w1, &w2] {
+    let held: Vec<(&Worker, u64)> = [&w1, &w2]
+        .into_iter()
+        .map(|w| {
+            let a = a.clone();
+            (w, w.run(move || alloc(&*a, MIB)))
+        })
+        .collect();
+    for (w, p) in held {
         let a = a.clone();
-        w.run(move || {
-            let p = alloc(&*a, MIB);
-            a.free(p).expect("live");
-        });
+        w.run(move || a.free(p).expect("live"));
     }
     assert_eq!(
         a.stats().total_allocated,

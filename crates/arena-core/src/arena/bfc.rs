@@ -89,6 +89,9 @@ enum Memory<'a, R> {
 const BACKOFF_FACTOR: f32 = 0.9;
 const BACKOFF_MIN_BYTES: u64 = 8192;
 
+/// The most regions an allocation moves from other sub-arenas before it grows its own.
+const MAX_ADOPTIONS: u32 = 8;
+
 /// How many 256-byte granules below an address a copy looks up in the live map for the chunk
 /// holding it (16 KiB) before walking the region's chunks, which costs O(chunks before it).
 const HOLDING_PROBES: u32 = 64;
@@ -137,6 +140,10 @@ pub(crate) struct State {
     /// that allocated here and has not been reset or released since. A free chunk tagged with
     /// one carries, as its sync id, the mark its last free took on that stream.
     hosted: Hosted,
+    /// Bases of regions this sub-arena grew that another one holds now (issue 25): taken back,
+    /// when wholly free there, before this one grows. Entries that no longer hold (the region
+    /// went back to the raw allocator, or came home) are dropped when next looked at.
+    pub(crate) lent: Vec<u64>,
     /// Virtual-memory mode: the mapped pages of the ranges (the regions) and the policy.
     pages: Option<Box<vm::Paged>>,
     /// High-water mark of chunk bytes in use (reserves not counted) since the last shrink:
@@ -343,6 +350,7 @@ impl<R: RawAllocator> Arena<R> {
         let sub = self.subs.get_or_make(me);
         let mut waited = Waited::Nothing;
         let mut global = None;
+        let mut adopted = 0;
         loop {
             match self.try_take(me, rounded, size, consumer, stream, &mut global) {
                 Attempt::Taken(addr) => return Ok(Some(addr)),
@@ -364,6 +372,18 @@ impl<R: RawAllocator> Arena<R> {
                     waited = next;
                 }
                 Miss::Grow => {
+                    // A wholly free region of another thread's sub-arena before new memory
+                    // (issue 25): a pool's threads taking turns, or an autograd thread
+                    // allocating what the main thread freed, would otherwise hold the live set
+                    // once per thread. The region moves, so what follows is this thread's
+                    // common path again.
+                    // At most a few moves per allocation: two threads missing at once, each
+                    // idle to the other, could otherwise pass a region back and forth.
+                    if adopted < MAX_ADOPTIONS && self.adopt_regions(me, rounded, consumer, stream)
+                    {
+                        adopted += 1;
+                        continue;
+                    }
                     let reached =
                         self.grow_or_reach(me, rounded, size, consumer, stream, &mut waited)?;
                     if let Some(addr) = reached {
@@ -607,16 +627,8 @@ impl<R: RawAllocator> Arena<R> {
                 Err(e) => return Err(e),
             }
         }
-        let mut global = None;
-        for t in self.subs.used().filter(|&t| t != me).collect::<Vec<_>>() {
-            loop {
-                match self.try_take(t, rounded, size, consumer, stream, &mut global) {
-                    Attempt::Taken(addr) => return Ok(Some(addr)),
-                    Attempt::Again => continue,
-                    Attempt::NoFit => break,
-                }
-            }
-            global = None;
+        if let Some(addr) = self.take_from_others(me, rounded, size, consumer, stream) {
+            return Ok(Some(addr));
         }
         if *waited != Waited::Finished {
             let others = self.hosted_waiting_anywhere(consumer);
@@ -629,6 +641,136 @@ impl<R: RawAllocator> Arena<R> {
             }
         }
         Err(err)
+    }
+
+    /// Memory of other sub-arenas before new memory (issue 25), under the global lock (so the
+    /// stats never see a region in neither sub-arena or in both; the directory names the new
+    /// holder before its lock is let go, so a free of a chunk cut from it finds it). First the
+    /// regions `me` grew that another sub-arena holds and has wholly free now, whatever that
+    /// one is doing: a thread gets its own memory back. Then a wholly free region of at least
+    /// `rounded` bytes of a sub-arena with nothing in use: an idle thread's memory serves the
+    /// others (a pool's threads taking turns hold the working set once, not once each).
+    /// Whether a region moved.
+    #[cold]
+    #[inline(never)]
+    fn adopt_regions(
+        &self,
+        me: usize,
+        rounded: u64,
+        consumer: StreamId,
+        stream: Option<&Stream>,
+    ) -> bool {
+        let Some(mine) = self.subs.get(me) else {
+            return false;
+        };
+        let _global = self.subs.global();
+        let mut moved = false;
+        let lent = std::mem::take(&mut mine.lock().lent);
+        let mut still_lent = Vec::new();
+        for base in lent {
+            let holder = match self.subs.directory.owner_and_home(base) {
+                Some((holder, home)) if home as usize == me && holder as usize != me => holder,
+                // Gone back to the raw allocator, or home again: nothing to take back.
+                _ => continue,
+            };
+            let Some(sub) = self.subs.get(holder as usize) else {
+                continue;
+            };
+            // Bound first: a guard in the scrutinee would live through the arms.
+            // The sub-arena's lock before the stream's clock (the lock order).
+            let detached = {
+                let mut st = sub.lock();
+                let clock = stream.map(Stream::clock);
+                st.detach_free_region_at(base, rounded, consumer, clock.as_deref())
+            };
+            match detached {
+                Some(taken) => {
+                    self.move_region(me, mine, taken);
+                    moved = true;
+                }
+                None => still_lent.push(base),
+            }
+        }
+        mine.lock().lent.extend(still_lent);
+        if moved {
+            return true;
+        }
+        for t in self.subs.used().filter(|&t| t != me) {
+            let Some(sub) = self.subs.get(t) else {
+                continue;
+            };
+            let detached = {
+                let mut st = sub.lock();
+                let clock = stream.map(Stream::clock);
+                st.detach_free_region(rounded, consumer, clock.as_deref())
+            };
+            if let Some(taken) = detached {
+                self.move_region(me, mine, taken);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Puts a region taken out of another sub-arena into sub-arena `me` (`mine`), and says so
+    /// in the directory and, if the region is not `me`'s own, in its home's lent list. The
+    /// caller holds the global lock.
+    fn move_region(
+        &self,
+        me: usize,
+        mine: &crate::lock::ArenaLock<State>,
+        taken: (Detached, Hosted),
+    ) {
+        let (region, hosted) = taken;
+        let base = region.base();
+        let mut st = mine.lock();
+        st.adopt_region(region, hosted);
+        let home = self.subs.directory.move_to(base, me as u32);
+        drop(st);
+        if let Some(home) = home.filter(|&h| h as usize != me) {
+            if let Some(h) = self.subs.get(home as usize) {
+                let mut h = h.lock();
+                if !h.lent.contains(&base) {
+                    h.lent.push(base);
+                }
+            }
+        }
+    }
+
+    /// A chunk `consumer` may take from a sub-arena other than `me`, if any has one that fits.
+    fn take_from_others(
+        &self,
+        me: usize,
+        rounded: u64,
+        size: u64,
+        consumer: StreamId,
+        stream: Option<&Stream>,
+    ) -> Option<u64> {
+        let others: Vec<usize> = self.subs.used().filter(|&t| t != me).collect();
+        self.take_from(&others, rounded, size, consumer, stream)
+    }
+
+    /// A chunk `consumer` may take from one of the sub-arenas `subs`, if any has one that fits.
+    fn take_from(
+        &self,
+        subs: &[usize],
+        rounded: u64,
+        size: u64,
+        consumer: StreamId,
+        stream: Option<&Stream>,
+    ) -> Option<u64> {
+        let mut global = None;
+        for &t in subs {
+            loop {
+                match self.try_take(t, rounded, size, consumer, stream, &mut global) {
+                    Attempt::Taken(addr) => return Some(addr),
+                    Attempt::Again => continue,
+                    Attempt::NoFit => break,
+                }
+            }
+            global = None;
+        }
+        None
     }
 
     /// The events of host streams other than `consumer`, in any sub-arena, whose frees are not
@@ -938,6 +1080,7 @@ impl State {
             next_alloc_id: 1 + (index << 48),
             retired: false,
             hosted: Vec::new(),
+            lent: Vec::new(),
             pages: None,
             peak_chunk_bytes: 0,
             dead_bytes: 0,
@@ -1018,6 +1161,7 @@ impl State {
             ..AllocatorStats::default()
         };
         self.retired = true;
+        self.lent.clear();
         self.peak_chunk_bytes = 0;
         self.dead_bytes = 0;
         self.quota = 0;
@@ -1297,6 +1441,12 @@ impl State {
                 ),
             ));
         }
+        // Regions this sub-arena grew are out with threads that still use them, and come home
+        // when they are done: a region of the present size, not one that doubles the next, so
+        // that what stays on then stays small (issue 25).
+        if !self.lent.is_empty() {
+            return Ok((rounded.max(self.growth).min(available), self.growth));
+        }
         Ok(match config.extend_strategy {
             ExtendStrategy::SameAsRequested => (rounded, self.growth),
             ExtendStrategy::NextPowerOfTwo => {
@@ -1364,28 +1514,138 @@ impl State {
     pub(crate) fn detach_idle_regions(&mut self) -> Vec<Detached> {
         let mut out = Vec::new();
         for slot in self.idle_regions() {
-            let Some(region) = self.regions.remove(slot) else {
+            let Some(d) = self.detach_region(slot) else {
                 continue;
             };
-            let mut chunks = Vec::new();
-            let mut id = region.first_chunk;
-            while id != NIL {
-                let c = *self.chunks.get(id);
-                self.bins.remove(id);
-                self.chunks.remove(id);
-                chunks.push(c);
-                id = c.next;
-            }
-            self.stats.total_allocated -= region.size;
             self.stats.num_arena_extensions -= 1;
             self.stats.num_arena_shrinkages += 1;
-            out.push(Detached { region, chunks });
+            out.push(d);
         }
         out
     }
 
+    /// Takes out a region of at least `min_size` bytes for another sub-arena to adopt
+    /// ([`State::adopt_region`]), with the host streams its chunks are tagged with, if this
+    /// sub-arena holds nothing in use: its thread is between requests (a pool thread after
+    /// its turn), so its memory serves the others. A thread with work in flight keeps its
+    /// regions: taken from it, they would go back and forth with every miss, and each sub-arena
+    /// would grow bigger regions to make up (measured: 1.4-1.9x the memory with 8 threads each
+    /// replaying a trace). Walks the chunks of the regions large enough: only a miss that would
+    /// otherwise grow calls it.
+    pub(crate) fn detach_free_region(
+        &mut self,
+        rounded: u64,
+        consumer: StreamId,
+        clock: Option<&Clock>,
+    ) -> Option<(Detached, Hosted)> {
+        if self.retired || self.stats.in_use != 0 {
+            return None;
+        }
+        let slot = self
+            .regions
+            .iter()
+            .filter(|(_, r)| r.size >= rounded)
+            .find(|(_, r)| self.region_serves(r, rounded, consumer, clock))?
+            .0;
+        self.detach_for_another(slot)
+    }
+
+    /// Takes out the region at `base` (its home takes it back) if no chunk of it is in use
+    /// and one of its chunks serves `rounded` bytes on `consumer`.
+    pub(crate) fn detach_free_region_at(
+        &mut self,
+        base: u64,
+        rounded: u64,
+        consumer: StreamId,
+        clock: Option<&Clock>,
+    ) -> Option<(Detached, Hosted)> {
+        if self.retired {
+            return None;
+        }
+        let slot = self
+            .regions
+            .iter()
+            .find(|(_, r)| r.base == base && self.region_serves(r, rounded, consumer, clock))?
+            .0;
+        self.detach_for_another(slot)
+    }
+
+    /// Whether no chunk of `r` is in use and one of them is `rounded` bytes or more that
+    /// stream `consumer` may take, or will once a host stream's events say its work is done
+    /// (the adopter polls them, with no lock held, when it misses): a region whose chunks
+    /// belong to another stream without events would move for nothing (threads each on a
+    /// stream of their own never could use it).
+    fn region_serves(
+        &self,
+        r: &Region,
+        rounded: u64,
+        consumer: StreamId,
+        clock: Option<&Clock>,
+    ) -> bool {
+        let (mut id, mut serves) = (r.first_chunk, false);
+        while id != NIL {
+            let c = self.chunks.get(id);
+            if c.in_use {
+                return false;
+            }
+            serves |= c.size >= rounded
+                && (reusable(c, consumer, &self.hosted, clock)
+                    || self.hosted.binary_search_by_key(&c.stream, |e| e.0).is_ok());
+            id = c.next;
+        }
+        serves
+    }
+
+    /// Takes region `slot` out for another sub-arena, with the host streams its chunks are
+    /// tagged with.
+    fn detach_for_another(&mut self, slot: u32) -> Option<(Detached, Hosted)> {
+        let d = self.detach_region(slot)?;
+        self.stats.num_arena_extensions -= 1;
+        let hosted = self
+            .hosted
+            .iter()
+            .filter(|(id, _)| d.chunks.iter().any(|c| c.stream == *id))
+            .cloned()
+            .collect();
+        Some((d, hosted))
+    }
+
+    /// Takes in a region another sub-arena let go of ([`State::detach_free_region`]). A
+    /// sub-arena's `NumArenaExtensions` is the regions it holds, so the count moves with the
+    /// region; summed, it is the arena's.
+    pub(crate) fn adopt_region(&mut self, d: Detached, hosted: Hosted) {
+        for (id, events) in &hosted {
+            self.register_hosted(*id, events);
+        }
+        self.attach_region(d);
+        self.stats.num_arena_extensions += 1;
+    }
+
+    /// Takes region `slot` and its chunks out, with the bytes it holds.
+    fn detach_region(&mut self, slot: u32) -> Option<Detached> {
+        let region = self.regions.remove(slot)?;
+        let mut chunks = Vec::new();
+        let mut id = region.first_chunk;
+        while id != NIL {
+            let c = *self.chunks.get(id);
+            self.bins.remove(id);
+            self.chunks.remove(id);
+            chunks.push(c);
+            id = c.next;
+        }
+        self.stats.total_allocated -= region.size;
+        Some(Detached { region, chunks })
+    }
+
     /// Puts back a region the raw allocator would not take back, as it was.
     pub(crate) fn restore_region(&mut self, d: Detached) {
+        self.attach_region(d);
+        self.stats.num_arena_extensions += 1;
+        self.stats.num_arena_shrinkages -= 1;
+    }
+
+    /// Puts a detached region and its chunks in, with the bytes it holds.
+    fn attach_region(&mut self, d: Detached) {
         let slot = self.regions.insert(Region {
             first_chunk: NIL,
             ..d.region
@@ -1404,29 +1664,32 @@ impl State {
                 self.chunks.get_mut(prev).next = id;
             }
             let class = self.class_of(slot);
-            self.bins.insert_class(id, c.size, c.addr, class);
+            if !c.in_use {
+                self.bins.insert_class(id, c.size, c.addr, class);
+            }
             prev = id;
         }
         self.stats.total_allocated += d.region.size;
-        self.stats.num_arena_extensions += 1;
-        self.stats.num_arena_shrinkages -= 1;
+    }
+
+    /// Whether no chunk of `r` is in use.
+    fn region_is_free(&self, r: &Region) -> bool {
+        let mut id = r.first_chunk;
+        while id != NIL {
+            let c = self.chunks.get(id);
+            if c.in_use {
+                return false;
+            }
+            id = c.next;
+        }
+        true
     }
 
     /// Slots of regions with no chunk in use. Walks every chunk: only shrinking needs it.
     fn idle_regions(&self) -> Vec<u32> {
         self.regions
             .iter()
-            .filter(|(_, r)| {
-                let mut id = r.first_chunk;
-                while id != NIL {
-                    let c = self.chunks.get(id);
-                    if c.in_use {
-                        return false;
-                    }
-                    id = c.next;
-                }
-                true
-            })
+            .filter(|(_, r)| self.region_is_free(r))
             .map(|(slot, _)| slot)
             .collect()
     }

@@ -18,7 +18,10 @@
 //! - **Stats** are each sub-arena's, summed under the global lock with every sub-arena locked (an
 //!   instant's exact values); `MaxInUse` is kept exact by the escrow of `in_use_quota.rs`.
 //! - **Memory**: each sub-arena grows by its own regions, with ORT's growth policy of its own (a
-//!   thread replaying a trace holds what one arena would); `arena.max_mem` is one budget for all,
+//!   thread replaying a trace holds what one arena would). Before it grows, a sub-arena takes
+//!   back the regions it grew that another one holds wholly free, then takes a wholly free region
+//!   of a sub-arena with nothing in use (issue 25: a pool's threads taking turns hold the working
+//!   set once, not once per thread); `arena.max_mem` is one budget for all,
 //!   taken by an atomic reservation before the raw allocator is called. Growth, and the release of
 //!   idle regions, call the raw allocator with no lock held. Out of memory, an allocation releases
 //!   the wholly free regions of *every* sub-arena and retries (decision 7), then takes any chunk its

@@ -1,0 +1,248 @@
+//! Issue 25: memory held by an arena that long-lived threads use the way real clients do. A
+//! pool's threads take turns on one working set (onnxruntime-node's libuv workers, a server's
+//! request threads), and PyTorch's autograd thread frees what the main thread allocated and
+//! allocates what the main thread frees. The arena must hold about the live set, not the live
+//! set once per thread that ever allocated. (A benchmark where each thread replays its own
+//! copy of a trace cannot see this: there every thread's memory is live at once.)
+
+mod common;
+use common::*;
+use cuda_arena_core::{Allocator, Arena, VirtualAllocator};
+use std::sync::mpsc::{channel, Sender};
+use std::sync::Arc;
+
+/// A long-lived thread that runs closures sent to it, one at a time.
+struct Worker {
+    tx: Option<Sender<Box<dyn FnOnce() + Send>>>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Worker {
+    fn new() -> Self {
+        let (tx, rx) = channel::<Box<dyn FnOnce() + Send>>();
+        let handle = std::thread::spawn(move || {
+            while let Ok(job) = rx.recv() {
+                job();
+            }
+        });
+        Worker {
+            tx: Some(tx),
+            handle: Some(handle),
+        }
+    }
+
+    fn run<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (rtx, rrx) = channel();
+        self.tx
+            .as_ref()
+            .expect("running")
+            .send(Box::new(move || {
+                let _ = rtx.send(f());
+            }))
+            .expect("worker alive");
+        rrx.recv().expect("worker answered")
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        drop(self.tx.take());
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// One request's working set: 300 allocations of 256 B to 1 MiB from a seeded generator, the
+/// same for every turn (a model's shapes repeat).
+fn working_set() -> Vec<u64> {
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    (0..300)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            256 << (x % 13)
+        })
+        .collect()
+}
+
+fn live_bytes(sizes: &[u64]) -> u64 {
+    sizes.iter().sum()
+}
+
+/// A turn: allocate the working set, then free it.
+fn turn(a: &Arena<VirtualAllocator>, sizes: &[u64]) {
+    let addrs: Vec<u64> = sizes.iter().map(|&s| alloc(a, s)).collect();
+    for x in addrs {
+        a.free(x).expect("live");
+    }
+}
+
+/// Held ÷ the live set after `threads` pool threads each took `rounds` turns, one at a time.
+fn held_after_turns(threads: usize, rounds: usize) -> f64 {
+    let a = Arc::new(virtual_arena(&[]));
+    let sizes = Arc::new(working_set());
+    let pool: Vec<Worker> = (0..threads).map(|_| Worker::new()).collect();
+    for _ in 0..rounds {
+        for w in &pool {
+            let (a, sizes) = (a.clone(), sizes.clone());
+            w.run(move || turn(&a, &sizes));
+        }
+    }
+    a.check_invariants().expect("consistent");
+    a.stats().total_allocated as f64 / live_bytes(&sizes) as f64
+}
+
+#[test]
+fn four_pool_threads_taking_turns_hold_about_the_live_set() {
+    let one = held_after_turns(1, 3);
+    let four = held_after_turns(4, 3);
+    eprintln!("held/live: {four:.3} with 4 threads, {one:.3} with one");
+    assert!(
+        four <= 1.10 * one.max(1.0),
+        "held/live: {four:.2} with 4 threads, {one:.2} with one"
+    );
+}
+
+#[test]
+fn sixteen_pool_threads_taking_turns_hold_about_the_live_set() {
+    let one = held_after_turns(1, 2);
+    let sixteen = held_after_turns(16, 2);
+    eprintln!("held/live: {sixteen:.3} with 16 threads, {one:.3} with one");
+    assert!(
+        sixteen <= 1.10 * one.max(1.0),
+        "held/live: {sixteen:.2} with 16 threads, {one:.2} with one"
+    );
+}
+
+#[test]
+fn a_thread_that_frees_what_another_allocated_and_allocates_alike_holds_about_the_live_set() {
+    // PyTorch's training step: the main thread allocates activations (forward); the autograd
+    // thread allocates gradients and frees the activations (backward); the main thread frees
+    // the gradients (optimizer step). Both threads live for the whole run.
+    let a = Arc::new(virtual_arena(&[]));
+    let sizes = Arc::new(working_set());
+    let (main, autograd) = (Worker::new(), Worker::new());
+    for _ in 0..4 {
+        let (a1, s1) = (a.clone(), sizes.clone());
+        let activations: Vec<u64> = main.run(move || s1.iter().map(|&s| alloc(&*a1, s)).collect());
+        let (a2, s2) = (a.clone(), sizes.clone());
+        let grads: Vec<u64> = autograd.run(move || {
+            let grads = s2.iter().map(|&s| alloc(&*a2, s)).collect();
+            for x in activations {
+                a2.free(x).expect("live");
+            }
+            grads
+        });
+        let a3 = a.clone();
+        main.run(move || {
+            for x in grads {
+                a3.free(x).expect("live");
+            }
+        });
+    }
+    a.check_invariants().expect("consistent");
+    let held = a.stats().total_allocated as f64;
+    // At most the activations and the gradients are live at once.
+    let peak_live = 2.0 * live_bytes(&sizes) as f64;
+    let single = {
+        let b = virtual_arena(&[]);
+        for _ in 0..4 {
+            let act: Vec<u64> = sizes.iter().map(|&s| alloc(&b, s)).collect();
+            let grads: Vec<u64> = sizes.iter().map(|&s| alloc(&b, s)).collect();
+            for x in act.into_iter().chain(grads) {
+                b.free(x).expect("live");
+            }
+        }
+        b.stats().total_allocated as f64
+    };
+    eprintln!(
+        "held {:.3}x the peak live set on two threads, {:.3}x on one",
+        held / peak_live,
+        single / peak_live
+    );
+    assert!(
+        held <= 1.10 * single,
+        "held {:.2}x the peak live set on two threads, {:.2}x on one",
+        held / peak_live,
+        single / peak_live
+    );
+}
+
+#[test]
+fn a_region_that_moves_to_another_thread_keeps_its_host_streams_rule() {
+    use cuda_arena_core::{ForeignStreams, SimEvents, StreamEvents};
+    let sim = SimEvents::new();
+    let events: Arc<dyn StreamEvents> = sim.clone();
+    let f = Arc::new(ForeignStreams::with_events(Some(events)));
+    // Each region exactly its request: the freed chunk is the only place one of its size fits.
+    let a = Arc::new(virtual_arena(&[("arena.extend_strategy", "1")]));
+    let (first, second) = (Worker::new(), Worker::new());
+    let (a1, f1) = (a.clone(), f.clone());
+    let p = first.run(move || {
+        let s = f1.get(0x5000).expect("stream");
+        let p = a1.alloc_on_stream(4096, &s).expect("ok").expect("addr");
+        a1.free(p).expect("live");
+        p
+    });
+    // The first thread holds nothing in use: its region may move to the second thread, whose
+    // stream may take the chunk only once stream 0x5000's work up to the free is done.
+    let (a2, f2) = (a.clone(), f.clone());
+    let q = second.run(move || {
+        let t = f2.get(0x7000).expect("stream");
+        a2.alloc_on_stream(4096, &t).expect("ok").expect("addr")
+    });
+    assert_ne!(q, p, "stream 0x5000's work may still use the chunk");
+    sim.finish(0x5000);
+    let (a2, f2) = (a.clone(), f.clone());
+    let r = second.run(move || {
+        let t = f2.get(0x7000).expect("stream");
+        a2.alloc_on_stream(4096, &t).expect("ok").expect("addr")
+    });
+    assert_eq!(r, p, "its work is done: the chunk serves the other stream");
+    for x in [q, r] {
+        a.free(x).expect("live");
+    }
+    a.check_invariants().expect("consistent");
+}
+
+#[test]
+fn threads_that_overlap_and_pass_regions_around_keep_every_promise() {
+    // Eight threads, each going idle and busy again many times, half on streams of their own:
+    // regions move to whoever misses while their threads are idle and go home when needed.
+    // Every chunk stays where the directory says, the stats add up, and nothing is lost.
+    use cuda_arena_core::Stream;
+    let a = Arc::new(virtual_arena(&[]));
+    let sizes = Arc::new(working_set());
+    let handles: Vec<_> = (0..8u64)
+        .map(|t| {
+            let (a, sizes) = (a.clone(), sizes.clone());
+            std::thread::spawn(move || {
+                let stream = (t % 2 == 1).then(Stream::new);
+                for round in 0..40u64 {
+                    let n = 20 + ((t * 7 + round * 13) % 60) as usize;
+                    let addrs: Vec<u64> = sizes
+                        .iter()
+                        .take(n)
+                        .map(|&s| match &stream {
+                            Some(st) => a.alloc_on_stream(s, st).expect("ok").expect("addr"),
+                            None => alloc(&*a, s),
+                        })
+                        .collect();
+                    for x in addrs {
+                        a.free(x).expect("live");
+                    }
+                    if round % 8 == t % 8 {
+                        std::thread::yield_now();
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("thread");
+    }
+    a.check_invariants().expect("consistent");
+    assert_eq!(a.stats().in_use, 0);
+}
