@@ -92,6 +92,9 @@ const BACKOFF_MIN_BYTES: u64 = 8192;
 /// The most regions an allocation moves from other sub-arenas before it grows its own.
 const MAX_ADOPTIONS: u32 = 8;
 
+/// The most regions of one idle sub-arena a miss looks at for one to move.
+const ADOPTION_CANDIDATES: usize = 64;
+
 /// How many 256-byte granules below an address a copy looks up in the live map for the chunk
 /// holding it (16 KiB) before walking the region's chunks, which costs O(chunks before it).
 const HOLDING_PROBES: u32 = 64;
@@ -667,7 +670,9 @@ impl<R: RawAllocator> Arena<R> {
         let mut moved = false;
         let lent = std::mem::take(&mut mine.lock().lent);
         let mut still_lent = Vec::new();
-        for base in lent {
+        // A bounded look, as for idle sub-arenas below; the rest waits for the next miss.
+        let mut lent = lent.into_iter();
+        for base in lent.by_ref().take(ADOPTION_CANDIDATES) {
             let holder = match self.subs.directory.owner_and_home(base) {
                 Some((holder, home)) if home as usize == me && holder as usize != me => holder,
                 // Gone back to the raw allocator, or home again: nothing to take back.
@@ -691,7 +696,10 @@ impl<R: RawAllocator> Arena<R> {
                 None => still_lent.push(base),
             }
         }
-        mine.lock().lent.extend(still_lent);
+        // Those not looked at first next time.
+        let mut rest: Vec<u64> = lent.collect();
+        rest.extend(still_lent);
+        mine.lock().lent.extend(rest);
         if moved {
             return true;
         }
@@ -1541,10 +1549,13 @@ impl State {
         if self.retired || self.stats.in_use != 0 {
             return None;
         }
+        // A bounded look: with `arena.extend_strategy=1` a sub-arena may hold a region per
+        // allocation, and a miss must not cost a walk over all of them.
         let slot = self
             .regions
             .iter()
             .filter(|(_, r)| r.size >= rounded)
+            .take(ADOPTION_CANDIDATES)
             .find(|(_, r)| self.region_serves(r, rounded, consumer, clock))?
             .0;
         self.detach_for_another(slot)
@@ -1562,11 +1573,11 @@ impl State {
         if self.retired {
             return None;
         }
-        let slot = self
-            .regions
-            .iter()
-            .find(|(_, r)| r.base == base && self.region_serves(r, rounded, consumer, clock))?
-            .0;
+        let slot = self.regions.find(base)?;
+        let r = self.regions.get(slot);
+        if r.base != base || !self.region_serves(r, rounded, consumer, clock) {
+            return None;
+        }
         self.detach_for_another(slot)
     }
 
