@@ -8,50 +8,7 @@
 mod common;
 use common::*;
 use cuda_arena_core::{Allocator, Arena, VirtualAllocator};
-use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;
-
-/// A long-lived thread that runs closures sent to it, one at a time.
-struct Worker {
-    tx: Option<Sender<Box<dyn FnOnce() + Send>>>,
-    handle: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Worker {
-    fn new() -> Self {
-        let (tx, rx) = channel::<Box<dyn FnOnce() + Send>>();
-        let handle = std::thread::spawn(move || {
-            while let Ok(job) = rx.recv() {
-                job();
-            }
-        });
-        Worker {
-            tx: Some(tx),
-            handle: Some(handle),
-        }
-    }
-
-    fn run<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
-        let (rtx, rrx) = channel();
-        self.tx
-            .as_ref()
-            .expect("running")
-            .send(Box::new(move || {
-                let _ = rtx.send(f());
-            }))
-            .expect("worker alive");
-        rrx.recv().expect("worker answered")
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        drop(self.tx.take());
-        if let Some(h) = self.handle.take() {
-            let _ = h.join();
-        }
-    }
-}
 
 /// One request's working set: 300 allocations of 256 B to 1 MiB from a seeded generator, the
 /// same for every turn (a model's shapes repeat).

@@ -18,49 +18,6 @@ fn on_thread<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     std::thread::spawn(f).join().expect("thread")
 }
 
-/// A thread that runs closures sent to it, one at a time: an allocation made through it stays
-/// in that thread's sub-arena while the test goes on.
-struct Worker {
-    tx: Option<Sender<Box<dyn FnOnce() + Send>>>,
-    handle: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Worker {
-    fn new() -> Self {
-        let (tx, rx) = channel::<Box<dyn FnOnce() + Send>>();
-        let handle = std::thread::spawn(move || {
-            while let Ok(job) = rx.recv() {
-                job();
-            }
-        });
-        Worker {
-            tx: Some(tx),
-            handle: Some(handle),
-        }
-    }
-
-    fn run<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
-        let (rtx, rrx) = channel();
-        self.tx
-            .as_ref()
-            .expect("running")
-            .send(Box::new(move || {
-                let _ = rtx.send(f());
-            }))
-            .expect("worker alive");
-        rrx.recv().expect("worker answered")
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        drop(self.tx.take());
-        if let Some(h) = self.handle.take() {
-            let _ = h.join();
-        }
-    }
-}
-
 #[test]
 fn max_in_use_is_the_peak_of_what_all_threads_hold_together() {
     let a = Arc::new(virtual_arena(&[]));

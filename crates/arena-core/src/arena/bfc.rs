@@ -754,21 +754,8 @@ impl<R: RawAllocator> Arena<R> {
         consumer: StreamId,
         stream: Option<&Stream>,
     ) -> Option<u64> {
-        let others: Vec<usize> = self.subs.used().filter(|&t| t != me).collect();
-        self.take_from(&others, rounded, size, consumer, stream)
-    }
-
-    /// A chunk `consumer` may take from one of the sub-arenas `subs`, if any has one that fits.
-    fn take_from(
-        &self,
-        subs: &[usize],
-        rounded: u64,
-        size: u64,
-        consumer: StreamId,
-        stream: Option<&Stream>,
-    ) -> Option<u64> {
         let mut global = None;
-        for &t in subs {
+        for t in self.subs.used().filter(|&t| t != me) {
             loop {
                 match self.try_take(t, rounded, size, consumer, stream, &mut global) {
                     Attempt::Taken(addr) => return Some(addr),

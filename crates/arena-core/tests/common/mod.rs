@@ -5,6 +5,7 @@ use cuda_arena_core::{
     Allocator, Arena, ArenaConfig, ArenaError, DeviceLimits, HostAllocator, MemoryLog,
     VirtualAllocator,
 };
+use std::sync::mpsc::{channel, Sender};
 
 pub const KIB: u64 = 1 << 10;
 pub const MIB: u64 = 1 << 20;
@@ -42,4 +43,47 @@ pub fn code<T: std::fmt::Debug>(r: Result<T, ArenaError>) -> &'static str {
 /// Everything observable about an allocator's state, to compare before and after a call.
 pub fn snapshot(a: &(impl Allocator + ?Sized)) -> MemoryLog {
     a.memory_log()
+}
+
+/// A thread that runs closures sent to it, one at a time: an allocation made through it stays
+/// in that thread's sub-arena while the test goes on.
+pub struct Worker {
+    tx: Option<Sender<Box<dyn FnOnce() + Send>>>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Worker {
+    pub fn new() -> Self {
+        let (tx, rx) = channel::<Box<dyn FnOnce() + Send>>();
+        let handle = std::thread::spawn(move || {
+            while let Ok(job) = rx.recv() {
+                job();
+            }
+        });
+        Worker {
+            tx: Some(tx),
+            handle: Some(handle),
+        }
+    }
+
+    pub fn run<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (rtx, rrx) = channel();
+        self.tx
+            .as_ref()
+            .expect("running")
+            .send(Box::new(move || {
+                let _ = rtx.send(f());
+            }))
+            .expect("worker alive");
+        rrx.recv().expect("worker answered")
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        drop(self.tx.take());
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
 }
