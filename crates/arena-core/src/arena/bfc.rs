@@ -146,7 +146,7 @@ pub(crate) struct State {
     /// Bases of regions this sub-arena grew that another one holds now (issue 25): taken back,
     /// when wholly free there, before this one grows. Entries that no longer hold (the region
     /// went back to the raw allocator, or came home) are dropped when next looked at.
-    pub(crate) lent: Vec<u64>,
+    lent: Vec<u64>,
     /// Virtual-memory mode: the mapped pages of the ranges (the regions) and the policy.
     pages: Option<Box<vm::Paged>>,
     /// High-water mark of chunk bytes in use (reserves not counted) since the last shrink:
@@ -376,12 +376,11 @@ impl<R: RawAllocator> Arena<R> {
                 }
                 Miss::Grow => {
                     // A wholly free region of another thread's sub-arena before new memory
-                    // (issue 25): a pool's threads taking turns, or an autograd thread
-                    // allocating what the main thread freed, would otherwise hold the live set
-                    // once per thread. The region moves, so what follows is this thread's
-                    // common path again.
-                    // At most a few moves per allocation: two threads missing at once, each
-                    // idle to the other, could otherwise pass a region back and forth.
+                    // (issue 25): a pool's threads taking turns would otherwise hold the live
+                    // set once per thread. The region moves, so what follows is this thread's
+                    // common path again. At most a few moves per allocation: two threads
+                    // missing at once, each idle to the other, could pass a region back and
+                    // forth.
                     if adopted < MAX_ADOPTIONS && self.adopt_regions(me, rounded, consumer, stream)
                     {
                         adopted += 1;
@@ -1524,7 +1523,7 @@ impl State {
     /// sub-arena holds nothing in use: its thread is between requests (a pool thread after
     /// its turn), so its memory serves the others. A thread with work in flight keeps its
     /// regions: taken from it, they would go back and forth with every miss, and each sub-arena
-    /// would grow bigger regions to make up (measured: 1.4-1.9x the memory with 8 threads each
+    /// would grow bigger regions to make up (measured: up to 1.9x the memory with 8 threads each
     /// replaying a trace). Walks the chunks of the regions large enough: only a miss that would
     /// otherwise grow calls it.
     pub(crate) fn detach_free_region(
@@ -1662,9 +1661,7 @@ impl State {
                 self.chunks.get_mut(prev).next = id;
             }
             let class = self.class_of(slot);
-            if !c.in_use {
-                self.bins.insert_class(id, c.size, c.addr, class);
-            }
+            self.bins.insert_class(id, c.size, c.addr, class);
             prev = id;
         }
         self.stats.total_allocated += d.region.size;
