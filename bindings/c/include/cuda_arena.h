@@ -64,9 +64,11 @@ void* cuda_arena_alloc(cuda_arena_allocator* a, size_t size);
  * a stream is reused on that stream at once and on others once the stream is reset, or, on the
  * cuda backend, once the stream's work up to the free has completed (an event recorded on it
  * when another stream needs memory); the pool frees on the stream. Each token the allocator
- * has not seen is remembered until cuda_arena_reset_stream; with CUDA_ARENA_MAX_STREAMS
- * remembered, a new token fails with CUDA_ARENA_ERR_INVALID_ARGUMENT. Only for stream-aware
- * allocators ("Cuda" memory). */
+ * has not seen is remembered until cuda_arena_reset_stream (due before destroying it), or, on
+ * the cuda backend, until it holds no memory and its frees are done (such tokens are forgotten
+ * once 1024 are known); with CUDA_ARENA_MAX_STREAMS remembered that hold memory or may still
+ * run (without events: any not reset), a new token fails with
+ * CUDA_ARENA_ERR_INVALID_ARGUMENT. Only for stream-aware allocators ("Cuda" memory). */
 void* cuda_arena_alloc_on_stream(cuda_arena_allocator* a, size_t size, void* cu_stream);
 /* The host is done with cu_stream's work (ONNX Runtime's ResetChunksUsingStream, at the end
  * of a run, or before destroying the CUstream): its free chunks lose their tag and merge,

@@ -1,13 +1,15 @@
 //! `cargo bench -p cuda-arena-core`: warm alloc+free pairs (one size at a time, then 1/2/8 threads
 //! on one arena, then through trace recording's wrapper) and a 200,000-op trace replay on the
 //! `virtual` backend. Every figure is nanoseconds per alloc+free pair or per trace op, but for
-//! `write_among_live`: a 4 KiB write on `host` into the last of 1 or 100,000 live allocations.
+//! `write_among_live`: a 4 KiB write on `host` into the last of 1 or 100,000 live allocations,
+//! and `per_request_stream`: a new foreign stream (never reset) looked up, allocated on and
+//! freed on, among the first thousand a set sees and after 15,000.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use cuda_arena_core::trace::{mixed_trace, replay};
 use cuda_arena_core::{
-    Allocator, Arena, ArenaConfig, DeviceLimits, HostAllocator, RecordingAllocator,
-    VirtualAllocator, VirtualMemory,
+    Allocator, Arena, ArenaConfig, DeviceLimits, ForeignStreams, HostAllocator, RecordingAllocator,
+    SimEvents, StreamEvents, VirtualAllocator, VirtualMemory,
 };
 use std::hint::black_box;
 use std::sync::{Arc, Barrier};
@@ -118,6 +120,42 @@ fn trace_replay(c: &mut Criterion) {
     g.finish();
 }
 
+/// A host that makes a stream per request and never resets it (issue 25): streams whose work
+/// is done and that hold nothing are forgotten, so the thousand streams after 15,000 cost what
+/// the first thousand do. Per stream: the lookup that makes it, one 4 KiB alloc and its free.
+fn per_request_stream(c: &mut Criterion) {
+    const BLOCK: u64 = 1000;
+    let mut g = c.benchmark_group("per_request_stream");
+    g.sample_size(10);
+    g.sampling_mode(criterion::SamplingMode::Flat);
+    for seen in [0u64, 15_000] {
+        g.bench_function(format!("after_{seen}"), |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let arena = warm_arena(4096);
+                    let events: Arc<dyn StreamEvents> = SimEvents::immediate();
+                    let streams = ForeignStreams::with_events(Some(events));
+                    let one = |h: u64| {
+                        let s = streams.get(h).expect("served");
+                        let p = arena
+                            .alloc_on_stream(4096, &s)
+                            .expect("fits")
+                            .expect("addr");
+                        arena.free(p).expect("live");
+                    };
+                    (1..=seen).for_each(one);
+                    let start = Instant::now();
+                    (seen + 1..=seen + BLOCK).for_each(one);
+                    total += start.elapsed();
+                }
+                total / BLOCK as u32
+            })
+        });
+    }
+    g.finish();
+}
+
 /// A write finds its allocation in O(1) however many are live (it used to walk every chunk
 /// below it in its region: 183 us at 100,000), in region and virtual-memory mode: 4 KiB into
 /// the highest-addressed of `n` live 8 KiB allocations, at its start and 1 KiB in.
@@ -157,6 +195,7 @@ criterion_group!(
     alloc_free_pair_threads,
     alloc_free_pair_recording,
     trace_replay,
-    write_among_live
+    write_among_live,
+    per_request_stream
 );
 criterion_main!(benches);

@@ -36,7 +36,7 @@ pub use config::{ArenaConfig, ExtendStrategy};
 pub use env_config::{env_config, parse_env_pairs, ENV_CONF};
 pub use error::{escaped, ArenaError, Result, ERROR_CODES};
 pub use factory::{named_factory, Created, Factory, Released, SharedKind};
-pub use foreign_streams::{ForeignStreams, RecentStreams, MAX_FOREIGN_STREAMS};
+pub use foreign_streams::{ForeignStreams, RecentStreams, FORGET_FROM, MAX_FOREIGN_STREAMS};
 pub use live_blocks::LiveBlocks;
 pub use memory_info::{AllocatorType, MemoryInfo, MemoryKind};
 pub use memory_log::{BinLog, ChunkLog, MemoryLog, RegionLog, ReserveLog};

@@ -119,6 +119,10 @@ impl StreamUser for SharedState {
     fn stream_released(&self, id: StreamId) {
         self.lock().forget_stream(id);
     }
+
+    fn stream_holds_memory(&self, id: StreamId) -> bool {
+        self.lock().live.iter().any(|(_, _, t)| t.id == id)
+    }
 }
 
 impl CudaPoolAllocator {

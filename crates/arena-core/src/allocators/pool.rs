@@ -64,6 +64,10 @@ impl StreamUser for Mutex<PoolState> {
     fn stream_released(&self, id: StreamId) {
         self.lock().forget_stream(id);
     }
+
+    fn stream_holds_memory(&self, id: StreamId) -> bool {
+        self.lock().live.iter().any(|(_, _, s)| s == id)
+    }
 }
 
 impl<R: RawAllocator> PoolAllocator<R> {

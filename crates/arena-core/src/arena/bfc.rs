@@ -29,6 +29,7 @@
 
 mod vm;
 
+use super::hosted_streams::{Carried, HostedStreams};
 use crate::addr_map::{AddrMap, AddrTable};
 use crate::allocator::{out_of_range, range_inside, Allocator};
 use crate::bins::{bin_for_size, bin_size, round_up_256, MIN_ALLOCATION_SIZE, NUM_BINS};
@@ -47,9 +48,6 @@ use crate::stream_events::FreeEvents;
 use crate::sub_arenas::{Frozen, Global, SubArenas};
 use parking_lot::MutexGuard;
 use std::sync::Arc;
-
-/// Host-owned streams with events that tag chunks of an arena, by stream id (ascending).
-type Hosted = Vec<(StreamId, Arc<FreeEvents>)>;
 
 /// How far an allocation has gone to get other host streams' freed chunks (issue 13).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,7 +140,7 @@ pub(crate) struct State {
     /// Host-owned streams with events that chunks are tagged with: one entry per such stream
     /// that allocated here and has not been reset or released since. A free chunk tagged with
     /// one carries, as its sync id, the mark its last free took on that stream.
-    hosted: Hosted,
+    hosted: HostedStreams,
     /// Bases of regions this sub-arena grew that another one holds now (issue 25): taken back,
     /// when wholly free there, before this one grows. Entries that no longer hold (the region
     /// went back to the raw allocator, or came home) are dropped when next looked at.
@@ -582,7 +580,7 @@ impl<R: RawAllocator> Arena<R> {
             st.registered = stream.id();
         }
         if let Some(events) = stream.free_events() {
-            st.register_hosted(stream.id(), events);
+            st.hosted.took(stream.id(), events);
         }
     }
 
@@ -726,7 +724,7 @@ impl<R: RawAllocator> Arena<R> {
         &self,
         me: usize,
         mine: &crate::lock::ArenaLock<State>,
-        taken: (Detached, Hosted),
+        taken: (Detached, Carried),
     ) {
         let (region, hosted) = taken;
         let base = region.base();
@@ -1000,12 +998,12 @@ impl<R: RawAllocator> Arena<R> {
 /// since the chunk was handed out there; for a host stream with events, one whose free that
 /// stream's work is known past.
 #[inline(always)]
-fn reusable(c: &Chunk, consumer: StreamId, hosted: &Hosted, clock: Option<&Clock>) -> bool {
+fn reusable(c: &Chunk, consumer: StreamId, hosted: &HostedStreams, clock: Option<&Clock>) -> bool {
     c.stream == consumer
         || c.stream == 0
-        || match hosted.binary_search_by_key(&c.stream, |e| e.0) {
-            Ok(i) => hosted[i].1.is_complete(c.sync_id),
-            Err(_) => clock.is_some_and(|cl| c.sync_id < cl.last_wait(c.stream)),
+        || match hosted.events(c.stream) {
+            Some(events) => events.is_complete(c.sync_id),
+            None => clock.is_some_and(|cl| c.sync_id < cl.last_wait(c.stream)),
         }
 }
 
@@ -1073,7 +1071,7 @@ impl State {
             growth: round_up_256(first).unwrap_or(first),
             next_alloc_id: 1 + (index << 48),
             retired: false,
-            hosted: Vec::new(),
+            hosted: HostedStreams::default(),
             lent: Vec::new(),
             pages: None,
             peak_chunk_bytes: 0,
@@ -1130,7 +1128,7 @@ impl State {
         &mut self,
         raw: &R,
         vm: Option<&dyn VirtualMemory>,
-    ) -> Hosted {
+    ) -> Vec<Arc<FreeEvents>> {
         // Nothing can be reported here (retire and drop cannot fail); the raw allocator's
         // counters show what came back.
         match (self.pages.is_some(), vm) {
@@ -1159,25 +1157,18 @@ impl State {
         self.peak_chunk_bytes = 0;
         self.dead_bytes = 0;
         self.quota = 0;
-        std::mem::take(&mut self.hosted)
-    }
-
-    /// Records that host stream `id` (with `events`) tags chunks here.
-    #[inline]
-    fn register_hosted(&mut self, id: StreamId, events: &Arc<FreeEvents>) {
-        if let Err(i) = self.hosted.binary_search_by_key(&id, |e| e.0) {
-            self.hosted.insert(i, (id, events.clone()));
-        }
+        self.hosted.take_all()
     }
 
     /// The events of the host streams other than `consumer` whose frees are not all known
     /// complete.
     fn hosted_waiting(&self, consumer: StreamId) -> Vec<Arc<FreeEvents>> {
-        self.hosted
-            .iter()
-            .filter(|(id, f)| *id != consumer && f.has_incomplete())
-            .map(|(_, f)| f.clone())
-            .collect()
+        self.hosted.waiting(consumer)
+    }
+
+    /// Whether chunks tagged with host stream `id` are in use here.
+    pub(crate) fn holds_stream(&self, id: StreamId) -> bool {
+        self.hosted.holds(id)
     }
 
     /// A chunk being freed that is tagged with a host stream with events takes that stream's
@@ -1188,8 +1179,7 @@ impl State {
             return;
         }
         let stream = self.chunks.get(id).stream;
-        if let Ok(i) = self.hosted.binary_search_by_key(&stream, |e| e.0) {
-            let mark = self.hosted[i].1.mark();
+        if let Some(mark) = self.hosted.freed(stream) {
             self.chunks.get_mut(id).sync_id = mark;
         }
     }
@@ -1213,9 +1203,9 @@ impl State {
                     // stream the consumer has waited on since the chunk was handed out
                     // there; for a host stream with events, one whose free that stream's
                     // work is known past.
-                    match hosted.binary_search_by_key(&c.stream, |e| e.0) {
-                        Ok(i) => hosted[i].1.is_complete(c.sync_id),
-                        Err(_) => stream.is_some_and(|s| {
+                    match hosted.events(c.stream) {
+                        Some(events) => events.is_complete(c.sync_id),
+                        None => stream.is_some_and(|s| {
                             let clock = clock.get_or_insert_with(|| s.clock());
                             c.sync_id < clock.last_wait(c.stream)
                         }),
@@ -1279,7 +1269,13 @@ impl State {
             c.stream = consumer;
             c.sync_id = sync_id;
         }
-        let (addr, chunk_size) = (c.addr, c.size);
+        let (addr, chunk_size, tag) = (c.addr, c.size, c.stream);
+        if consumer == 0 && tag != 0 {
+            // Taken with no stream, the chunk keeps its host stream's tag (its free takes that
+            // stream's mark): it counts as that stream's in use. A chunk taken on a stream is
+            // counted by `Arena::tag_with`.
+            self.hosted.counts_in_use(tag);
+        }
         self.live.insert(addr, id);
         self.stats.add_in_use(chunk_size, size);
         self.peak_chunk_bytes = self
@@ -1531,7 +1527,7 @@ impl State {
         rounded: u64,
         consumer: StreamId,
         clock: Option<&Clock>,
-    ) -> Option<(Detached, Hosted)> {
+    ) -> Option<(Detached, Carried)> {
         if self.retired || self.stats.in_use != 0 {
             return None;
         }
@@ -1555,7 +1551,7 @@ impl State {
         rounded: u64,
         consumer: StreamId,
         clock: Option<&Clock>,
-    ) -> Option<(Detached, Hosted)> {
+    ) -> Option<(Detached, Carried)> {
         if self.retired {
             return None;
         }
@@ -1586,8 +1582,7 @@ impl State {
                 return false;
             }
             serves |= c.size >= rounded
-                && (reusable(c, consumer, &self.hosted, clock)
-                    || self.hosted.binary_search_by_key(&c.stream, |e| e.0).is_ok());
+                && (reusable(c, consumer, &self.hosted, clock) || self.hosted.contains(c.stream));
             id = c.next;
         }
         serves
@@ -1595,25 +1590,20 @@ impl State {
 
     /// Takes region `slot` out for another sub-arena, with the host streams its chunks are
     /// tagged with.
-    fn detach_for_another(&mut self, slot: u32) -> Option<(Detached, Hosted)> {
+    fn detach_for_another(&mut self, slot: u32) -> Option<(Detached, Carried)> {
         let d = self.detach_region(slot)?;
         self.stats.num_arena_extensions -= 1;
         let hosted = self
             .hosted
-            .iter()
-            .filter(|(id, _)| d.chunks.iter().any(|c| c.stream == *id))
-            .cloned()
-            .collect();
+            .carried(|id| d.chunks.iter().any(|c| c.stream == id));
         Some((d, hosted))
     }
 
     /// Takes in a region another sub-arena let go of ([`State::detach_free_region`]). A
     /// sub-arena's `NumArenaExtensions` is the regions it holds, so the count moves with the
     /// region; summed, it is the arena's.
-    pub(crate) fn adopt_region(&mut self, d: Detached, hosted: Hosted) {
-        for (id, events) in &hosted {
-            self.register_hosted(*id, events);
-        }
+    pub(crate) fn adopt_region(&mut self, d: Detached, hosted: Carried) {
+        self.hosted.adopt(&hosted);
         self.attach_region(d);
         self.stats.num_arena_extensions += 1;
     }
@@ -1704,10 +1694,7 @@ impl State {
     /// once the lock is released.
     #[must_use]
     pub(crate) fn reset_stream(&mut self, stream: StreamId) -> Option<Arc<FreeEvents>> {
-        let hosted = match self.hosted.binary_search_by_key(&stream, |e| e.0) {
-            Ok(i) => Some(self.hosted.remove(i).1),
-            Err(_) => None,
-        };
+        let hosted = self.hosted.remove(stream);
         self.untag(stream);
         hosted
     }
@@ -1909,6 +1896,7 @@ impl State {
         let (mut in_use, mut requested, mut held, mut free_chunks, mut live_chunks) =
             (0, 0, 0, 0, 0);
         let mut dead = 0;
+        let mut hosted_in_use = std::collections::BTreeMap::new();
         for (slot, r) in self.regions.iter() {
             let mut expect_addr = r.base;
             let mut prev = NIL;
@@ -1941,6 +1929,9 @@ impl State {
                     live_chunks += 1;
                     in_use += c.size;
                     requested += c.requested_size;
+                    if self.hosted.contains(c.stream) {
+                        *hosted_in_use.entry(c.stream).or_insert(0u64) += 1;
+                    }
                     if self.pages.is_some() {
                         dead += c
                             .size
@@ -1965,7 +1956,7 @@ impl State {
                             c.next
                         ));
                     }
-                    let hosted = self.hosted.binary_search_by_key(&c.stream, |e| e.0).is_ok();
+                    let hosted = self.hosted.contains(c.stream);
                     if hosted && c.sync_id == 0 {
                         return Err(format!(
                             "free chunk {id} of host stream {} carries no mark of its free",
@@ -2014,6 +2005,14 @@ impl State {
         }
         if s.max_in_use < s.in_use {
             return Err("MaxInUse is below InUse".into());
+        }
+        for (id, counted) in self.hosted.in_use_counts() {
+            let chunks = hosted_in_use.get(&id).copied().unwrap_or(0);
+            if counted != chunks {
+                return Err(format!(
+                    "host stream {id} counts {counted} chunks in use, the chunks {chunks}"
+                ));
+            }
         }
         Ok(())
     }

@@ -8,6 +8,7 @@ pub mod bins;
 pub(crate) mod chunks;
 pub(crate) mod directory;
 pub mod free_list;
+pub(crate) mod hosted_streams;
 pub(crate) mod in_use_quota;
 pub(crate) mod live_blocks;
 pub(crate) mod lock;

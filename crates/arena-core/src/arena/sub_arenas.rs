@@ -347,4 +347,10 @@ impl StreamUser for SubArenas {
         // Outside the locks: the last reference hands its events back to the backend.
         drop(hosted);
     }
+
+    fn stream_holds_memory(&self, id: StreamId) -> bool {
+        self.used()
+            .filter_map(|i| self.get(i))
+            .any(|s| s.lock().holds_stream(id))
+    }
 }

@@ -15,18 +15,29 @@
 //! device has finished all work queued so far (its work included, which may still run after
 //! its destroy), so the new stream never takes the old one's chunks early.
 //!
+//! Issue 25: a host that makes a stream per request and never resets it (a server, PyTorch
+//! code that calls `torch.cuda.Stream()` per request) is served without end where the backend
+//! has events: once [`FORGET_FROM`] handles are remembered, a new one first forgets the
+//! streams that hold no memory in any allocator and whose frees are known done (their events
+//! are polled, and at the bound the device is synchronized once), as if the host had reset
+//! them; the bound then counts only streams that hold memory or whose work may still run. A
+//! stream a call is using is never forgotten under it: one is forgotten only while the set
+//! holds its only handle, checked after every thread's remembered lookup is made stale.
+//! Without events nothing says a stream's work is done, so the bound stays a bound.
+//!
 //! Issue 15: each thread remembers the last few handles it looked up (weakly: a forgotten stream
 //! is still dropped at once), so a thread that allocates on its own stream takes no lock shared
 //! with other threads; an epoch, bumped whenever a handle is forgotten or replaced, tells it when
 //! what it remembers may be stale.
 
 use crate::error::{ArenaError, Result};
-use crate::stream::{Stream, WeakStream};
+use crate::stream::{Stream, StreamId, WeakStream};
 use crate::stream_events::StreamEvents;
+use parking_lot::Mutex;
 use parking_lot::RwLock;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Instance numbers, so a thread's remembered lookups name the set they came from.
@@ -75,8 +86,15 @@ thread_local! {
     static RECENT_LOOKUPS: RecentStreams = const { RecentStreams::new() };
 }
 
-/// How many foreign stream handles one allocator remembers at once.
+/// How many foreign stream handles one allocator remembers at once. Where the backend has
+/// events, only streams that hold memory or whose frees may still be running stay remembered
+/// past [`FORGET_FROM`]; without events, every handle the host has not reset counts.
 pub const MAX_FOREIGN_STREAMS: usize = 4096;
+
+/// Handles remembered at which a new handle first forgets the streams whose work is done and
+/// that hold nothing (where the backend has events). After such a pass the next comes at twice
+/// the handles left (at least this many), so a pass costs O(1) per new handle.
+pub const FORGET_FROM: usize = 1024;
 
 /// The foreign streams of one allocator; see the module docs.
 #[derive(Debug)]
@@ -92,6 +110,12 @@ pub struct ForeignStreams {
     id: u64,
     /// Bumped, under the map's write lock, whenever a handle is forgotten or replaced.
     epoch: AtomicU64,
+    /// Handles remembered at which the next new one first forgets finished streams.
+    forget_at: AtomicUsize,
+    /// Held by the one thread forgetting finished streams.
+    forgetting: Mutex<()>,
+    /// Streams forgotten because their work was done and they held nothing.
+    forgotten: AtomicU64,
 }
 
 impl Default for ForeignStreams {
@@ -114,6 +138,9 @@ impl ForeignStreams {
             events,
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             epoch: AtomicU64::new(0),
+            forget_at: AtomicUsize::new(FORGET_FROM),
+            forgetting: Mutex::new(()),
+            forgotten: AtomicU64::new(0),
         }
     }
 
@@ -160,7 +187,12 @@ impl ForeignStreams {
                 }
             }
         }
-        let replaced = {
+        if self.events.is_some() && self.map.read().len() >= self.forget_at.load(Ordering::Relaxed)
+        {
+            self.forget_finished(false);
+        }
+        let mut passed_at_bound = false;
+        let (replaced, s) = loop {
             let mut map = self.map.write();
             let replaced = match map.get(&handle) {
                 Some((s, known)) if same(*known) => {
@@ -174,19 +206,35 @@ impl ForeignStreams {
                 None => None,
             };
             if replaced.is_none() && map.len() >= MAX_FOREIGN_STREAMS {
+                if self.events.is_some() && !passed_at_bound {
+                    // Other threads filled the set while a pass ran: one pass at the bound,
+                    // waited for, before refusing.
+                    drop(map);
+                    self.forget_finished(true);
+                    passed_at_bound = true;
+                    continue;
+                }
                 return Err(ArenaError::InvalidArgument {
-                    reason: format!(
-                        "this allocator already knows {MAX_FOREIGN_STREAMS} streams; reset the \
-                         streams whose work is done (cuda_arena_reset_stream) before using new ones"
-                    ),
+                    reason: if self.events.is_some() {
+                        format!(
+                            "this allocator already knows {MAX_FOREIGN_STREAMS} streams that hold \
+                             memory or whose work is still running; free their memory or reset \
+                             them (cuda_arena_reset_stream) before using new ones"
+                        )
+                    } else {
+                        format!(
+                            "this allocator already knows {MAX_FOREIGN_STREAMS} streams; reset the \
+                             streams whose work is done (cuda_arena_reset_stream) before using new \
+                             ones"
+                        )
+                    },
                 });
             }
             let s = Stream::host_owned(handle, self.events.clone());
             map.insert(handle, (s.clone(), identity));
             self.remember(handle, identity, &s, recent);
-            (replaced, s)
+            break (replaced, s);
         };
-        let (replaced, s) = replaced;
         if let Some(old) = replaced {
             self.let_go_of_reused(old);
         }
@@ -211,11 +259,15 @@ impl ForeignStreams {
         let epoch = self.epoch.load(Ordering::Acquire);
         let r = recent.0.try_borrow().ok()?;
         let e = r[self.slot(handle)].as_ref()?;
-        if e.owner == self.id && e.handle == handle && e.epoch == epoch && same(e.identity) {
-            e.stream.upgrade()
-        } else {
-            None
+        if e.owner != self.id || e.handle != handle || e.epoch != epoch || !same(e.identity) {
+            return None;
         }
+        let stream = e.stream.upgrade()?;
+        // Forgetting a finished stream bumps the epoch, then checks that the set holds its
+        // only handle; this upgrade, then the epoch read again: one of the two sees the other,
+        // so a stream is never forgotten while a call uses it.
+        fence(Ordering::SeqCst);
+        (self.epoch.load(Ordering::SeqCst) == epoch).then_some(stream)
     }
 
     /// Remembers, for this thread, that `handle` names `stream` (made with `identity`); called
@@ -256,6 +308,93 @@ impl ForeignStreams {
             }
         }
         drop(old);
+    }
+
+    /// Forgets the streams whose work is done and that hold no memory in any allocator (see
+    /// the module docs). Their events are polled with no lock held; once the bound is reached,
+    /// the device is synchronized first, so every stream that holds nothing goes. Called only
+    /// where the backend has events; `at_bound` says the set was found full.
+    fn forget_finished(&self, at_bound: bool) {
+        let Some(events) = &self.events else {
+            return;
+        };
+        let at_bound = at_bound || self.map.read().len() >= MAX_FOREIGN_STREAMS;
+        // One thread at a time; below the bound, another thread's pass will do.
+        let _pass = if at_bound {
+            self.forgetting.lock()
+        } else {
+            match self.forgetting.try_lock() {
+                Some(g) => g,
+                None => return,
+            }
+        };
+        let candidates: Vec<(u64, Stream)> = self
+            .map
+            .read()
+            .iter()
+            .filter(|(_, (s, _))| s.free_events().is_some())
+            .map(|(&h, (s, _))| (h, s.clone()))
+            .collect();
+        let idle: Vec<&(u64, Stream)> = candidates
+            .iter()
+            .filter(|(_, s)| !s.holds_memory())
+            .collect();
+        let mut labels = Vec::with_capacity(idle.len());
+        for (_, s) in &idle {
+            if let Some(f) = s.free_events() {
+                if f.has_incomplete() {
+                    f.advance();
+                }
+                labels.push(f.marked());
+            }
+        }
+        let finished = idle
+            .iter()
+            .filter(|(_, s)| s.free_events().is_some_and(|f| !f.has_incomplete()))
+            .count();
+        if at_bound && finished < idle.len() && events.synchronize_device().is_ok() {
+            // Every mark read before the synchronization is done now.
+            for ((_, s), &label) in idle.iter().zip(&labels) {
+                if let Some(f) = s.free_events() {
+                    f.complete_through(label);
+                }
+            }
+        }
+        let ids: Vec<(u64, StreamId)> = idle.iter().map(|(h, s)| (*h, s.id())).collect();
+        drop(idle);
+        drop(candidates);
+        let gone = {
+            let mut map = self.map.write();
+            self.epoch.fetch_add(1, Ordering::SeqCst);
+            // See `recent`: a thread that upgraded its remembered lookup before this bump
+            // holds a second handle now, and one that upgrades after it sees the new epoch.
+            fence(Ordering::SeqCst);
+            let mut gone = Vec::new();
+            for (h, id) in ids {
+                let done = map.get(&h).is_some_and(|(s, _)| {
+                    s.id() == id
+                        && s.is_unshared()
+                        && !s.holds_memory()
+                        && s.free_events().is_some_and(|f| !f.has_incomplete())
+                });
+                if done {
+                    gone.extend(map.remove(&h).map(|(s, _)| s));
+                }
+            }
+            let next = (2 * map.len()).clamp(FORGET_FROM, MAX_FOREIGN_STREAMS);
+            self.forget_at.store(next, Ordering::Relaxed);
+            gone
+        };
+        self.forgotten
+            .fetch_add(gone.len() as u64, Ordering::Relaxed);
+        // Released outside the lock: each resets its chunks in the allocators that used it.
+        drop(gone);
+    }
+
+    /// How many streams were forgotten because their work was done and they held no memory
+    /// (see the module docs), since the set was made.
+    pub fn forgotten_finished(&self) -> u64 {
+        self.forgotten.load(Ordering::Relaxed)
     }
 
     /// Forgets `handle`; returns the stream it named, if any. Once the caller drops it (and

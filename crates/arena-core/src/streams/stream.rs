@@ -39,6 +39,15 @@ pub trait StreamUser: Send + Sync {
     /// free for every stream. Called on the thread that dropped the stream, with no lock of
     /// the stream held.
     fn stream_released(&self, id: StreamId);
+
+    /// Whether memory handed out on stream `id` is still in use here. A host stream that holds
+    /// nothing anywhere and whose frees are done may be forgotten
+    /// ([`ForeignStreams`](crate::ForeignStreams)), which releases it. The default says yes:
+    /// a user that cannot tell never has a stream forgotten under it.
+    fn stream_holds_memory(&self, id: StreamId) -> bool {
+        let _ = id;
+        true
+    }
 }
 
 /// A logical stream. Cloning gives another handle to the same stream.
@@ -310,6 +319,24 @@ impl Stream {
             .iter()
             .filter(|w| w.strong_count() > 0)
             .count()
+    }
+
+    /// Whether an allocator that tagged memory with this stream still has some of it in use
+    /// ([`StreamUser::stream_holds_memory`]).
+    pub fn holds_memory(&self) -> bool {
+        // Asked with the clock let go: an allocator's locks come before a clock's.
+        let users: Vec<Arc<dyn StreamUser>> = self
+            .clock()
+            .users
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect();
+        users.iter().any(|u| u.stream_holds_memory(self.id()))
+    }
+
+    /// Whether this is the stream's only handle (what a cache holds weakly does not count).
+    pub(crate) fn is_unshared(&self) -> bool {
+        Arc::strong_count(&self.inner) == 1
     }
 
     /// Tells `user` when this stream is released, as allocators in this crate are: for

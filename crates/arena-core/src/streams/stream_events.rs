@@ -250,6 +250,27 @@ impl FreeEvents {
         advanced
     }
 
+    /// Marks taken so far.
+    pub fn marked(&self) -> u64 {
+        self.marked.load(Ordering::Acquire)
+    }
+
+    /// Every mark up to `label` is complete: the caller read it with [`FreeEvents::marked`]
+    /// and then saw the whole device finish what was queued. Events that cover no more go back
+    /// to the pool.
+    pub fn complete_through(&self, label: u64) {
+        let mut pending = self.pending.lock();
+        while let Some(&(l, ev)) = pending.front() {
+            if l > label {
+                break;
+            }
+            pending.pop_front();
+            self.events.release(ev);
+        }
+        self.completed.fetch_max(label, Ordering::AcqRel);
+        self.recorded.fetch_max(label, Ordering::AcqRel);
+    }
+
     /// Blocks until every mark taken so far is complete, as on the way to out of memory: waits
     /// on the newest event, and, for a stream the host may destroy (whose latest frees no
     /// event may cover), on the whole device. Returns whether more marks are now known

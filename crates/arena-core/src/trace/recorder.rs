@@ -453,6 +453,11 @@ impl StreamUser for Slot {
             rec.stream_released(id);
         }
     }
+
+    /// A recording holds no memory: the allocator it wraps answers for its own.
+    fn stream_holds_memory(&self, _: StreamId) -> bool {
+        false
+    }
 }
 
 /// An allocator whose traffic can be recorded in the trace format (see the module's doc):

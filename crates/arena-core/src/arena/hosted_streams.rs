@@ -1,0 +1,193 @@
+//! The host streams with events that tag chunks of one sub-arena (`stream_events.rs`), each with
+//! how many of its chunks are in use there. A free chunk tagged with one carries, as its sync
+//! id, the mark its last free took on that stream; the count lets a stream the host never
+//! resets be forgotten once it holds nothing and its frees are done (`foreign_streams.rs`),
+//! so a host that makes a stream per request hits no bound.
+//!
+//! Kept sorted by stream id: the common path looks a stream up by binary search.
+
+use crate::stream::StreamId;
+use crate::stream_events::FreeEvents;
+use std::sync::Arc;
+
+/// One host stream with events and its chunks in use in this sub-arena.
+#[derive(Debug, Clone)]
+struct HostedStream {
+    id: StreamId,
+    events: Arc<FreeEvents>,
+    in_use: u64,
+}
+
+/// The host streams with events that tag chunks of one sub-arena; see the module docs.
+#[derive(Debug, Default)]
+pub(crate) struct HostedStreams(Vec<HostedStream>);
+
+/// Host streams carried with a region that moves to another sub-arena (none of its chunks is
+/// in use, so they carry no count).
+pub(crate) type Carried = Vec<(StreamId, Arc<FreeEvents>)>;
+
+impl HostedStreams {
+    #[inline(always)]
+    fn find(&self, id: StreamId) -> Result<usize, usize> {
+        self.0.binary_search_by_key(&id, |e| e.id)
+    }
+
+    /// Whether no host stream tags a chunk here.
+    #[inline(always)]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The events of host stream `id`, if it tags chunks here.
+    #[inline(always)]
+    pub(crate) fn events(&self, id: StreamId) -> Option<&Arc<FreeEvents>> {
+        self.find(id).ok().map(|i| &self.0[i].events)
+    }
+
+    /// Whether `id` is a host stream with events that tags chunks here.
+    #[inline(always)]
+    pub(crate) fn contains(&self, id: StreamId) -> bool {
+        self.find(id).is_ok()
+    }
+
+    /// Host stream `id` (with `events`) took a chunk here.
+    #[inline(always)]
+    pub(crate) fn took(&mut self, id: StreamId, events: &Arc<FreeEvents>) {
+        match self.find(id) {
+            Ok(i) => self.0[i].in_use += 1,
+            Err(i) => self.0.insert(
+                i,
+                HostedStream {
+                    id,
+                    events: events.clone(),
+                    in_use: 1,
+                },
+            ),
+        }
+    }
+
+    /// A chunk tagged with `id` was taken with no stream: it counts as `id`'s in use, if `id`
+    /// is a host stream with events.
+    #[inline]
+    pub(crate) fn counts_in_use(&mut self, id: StreamId) {
+        if let Ok(i) = self.find(id) {
+            self.0[i].in_use += 1;
+        }
+    }
+
+    /// A chunk tagged with `id`, in use here, is being freed: the mark its free takes on the
+    /// stream, if `id` is a host stream with events.
+    #[inline(always)]
+    pub(crate) fn freed(&mut self, id: StreamId) -> Option<u64> {
+        let i = self.find(id).ok()?;
+        let e = &mut self.0[i];
+        e.in_use = e.in_use.saturating_sub(1);
+        Some(e.events.mark())
+    }
+
+    /// Whether chunks tagged with `id` are in use here.
+    pub(crate) fn holds(&self, id: StreamId) -> bool {
+        self.find(id).is_ok_and(|i| self.0[i].in_use > 0)
+    }
+
+    /// Each stream with the chunks it counts in use here, for the arena's checks.
+    pub(crate) fn in_use_counts(&self) -> impl Iterator<Item = (StreamId, u64)> + '_ {
+        self.0.iter().map(|e| (e.id, e.in_use))
+    }
+
+    /// The events of the host streams other than `consumer` whose frees are not all known
+    /// complete.
+    pub(crate) fn waiting(&self, consumer: StreamId) -> Vec<Arc<FreeEvents>> {
+        self.0
+            .iter()
+            .filter(|e| e.id != consumer && e.events.has_incomplete())
+            .map(|e| e.events.clone())
+            .collect()
+    }
+
+    /// Stream `id` is reset: its entry goes, with its events, for the caller to drop once the
+    /// lock is released.
+    pub(crate) fn remove(&mut self, id: StreamId) -> Option<Arc<FreeEvents>> {
+        self.find(id).ok().map(|i| self.0.remove(i).events)
+    }
+
+    /// Every entry's events, the list emptied (the arena is retired).
+    pub(crate) fn take_all(&mut self) -> Vec<Arc<FreeEvents>> {
+        std::mem::take(&mut self.0)
+            .into_iter()
+            .map(|e| e.events)
+            .collect()
+    }
+
+    /// The entries of the streams `tags` says a moving region's chunks are tagged with.
+    pub(crate) fn carried(&self, tags: impl Fn(StreamId) -> bool) -> Carried {
+        self.0
+            .iter()
+            .filter(|e| tags(e.id))
+            .map(|e| (e.id, e.events.clone()))
+            .collect()
+    }
+
+    /// Takes in the entries a region moving here carries.
+    pub(crate) fn adopt(&mut self, carried: &Carried) {
+        for (id, events) in carried {
+            if let Err(i) = self.find(*id) {
+                self.0.insert(
+                    i,
+                    HostedStream {
+                        id: *id,
+                        events: events.clone(),
+                        in_use: 0,
+                    },
+                );
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stream_events::SimEvents;
+
+    fn events() -> Arc<FreeEvents> {
+        Arc::new(FreeEvents::new(SimEvents::new(), 7))
+    }
+
+    #[test]
+    fn a_stream_holds_memory_while_a_chunk_it_took_is_not_freed() {
+        let mut h = HostedStreams::default();
+        let e = events();
+        h.took(3, &e);
+        h.took(3, &e);
+        assert!(h.holds(3));
+        assert_eq!(h.freed(3), Some(1));
+        assert!(h.holds(3));
+        assert_eq!(h.freed(3), Some(2));
+        assert!(!h.holds(3));
+        assert!(h.contains(3), "its free chunks still carry its marks");
+    }
+
+    #[test]
+    fn entries_carried_with_a_region_hold_nothing_in_their_new_home() {
+        let (mut from, mut to) = (HostedStreams::default(), HostedStreams::default());
+        let e = events();
+        from.took(5, &e);
+        from.took(9, &events());
+        let carried = from.carried(|id| id == 5);
+        to.adopt(&carried);
+        assert!(to.contains(5) && !to.contains(9));
+        assert!(!to.holds(5));
+        assert!(from.holds(5), "the chunk in use stays where it was taken");
+    }
+
+    #[test]
+    fn a_free_of_a_stream_not_here_takes_no_mark() {
+        let mut h = HostedStreams::default();
+        assert_eq!(h.freed(4), None);
+        h.took(4, &events());
+        assert_eq!(h.remove(4).map(|_| ()), Some(()));
+        assert_eq!(h.freed(4), None);
+        assert!(h.is_empty());
+    }
+}

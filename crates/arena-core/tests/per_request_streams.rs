@@ -1,0 +1,195 @@
+//! Issue 25: a host that makes a stream per request and never resets it (a server, PyTorch code
+//! that makes a `torch.cuda.Stream()` per request) is served without end where the backend has
+//! events: a stream that holds nothing in any allocator and whose frees are done is forgotten,
+//! as if the host had reset it. What stays remembered is bounded by the streams that hold
+//! memory or whose work may still run, never by the streams ever seen, and a stream that holds
+//! memory, has work running, or is in a call is never forgotten under it.
+
+mod common;
+
+use common::*;
+use cuda_arena_core::{
+    Allocator, Arena, ForeignStreams, PoolAllocator, SimEvents, StreamEvents, VirtualAllocator,
+    VirtualMemory, FORGET_FROM, MAX_FOREIGN_STREAMS,
+};
+use std::sync::Arc;
+
+/// Foreign streams over events that complete as soon as they are recorded (memory with no
+/// asynchronous work behind it, as on `virtual`).
+fn immediate_streams() -> ForeignStreams {
+    let events: Arc<dyn StreamEvents> = SimEvents::immediate();
+    ForeignStreams::with_events(Some(events))
+}
+
+fn vm_arena() -> Arena<VirtualAllocator> {
+    let raw = VirtualAllocator::new(cuda_arena_core::DeviceLimits::with_total(GIB))
+        .with_granularity(64 * KIB);
+    let vm: Arc<dyn VirtualMemory> = Arc::new(raw.vm());
+    Arena::with_virtual_memory(raw, vm, config(&[])).expect("arena")
+}
+
+/// Each of `n` new handles (from `first`) allocates and frees once and is never reset.
+fn use_once(a: &dyn Allocator, streams: &ForeignStreams, first: u64, n: u64) {
+    for h in first..first + n {
+        let s = streams.get(h).expect("a new stream is served");
+        let p = a.alloc_on_stream(4096, &s).expect("alloc").expect("addr");
+        a.free(p).expect("free");
+    }
+}
+
+fn sixteen_thousand_streams_used_once(a: &dyn Allocator) {
+    let streams = immediate_streams();
+    use_once(a, &streams, 1, 16_000);
+    assert!(
+        streams.len() <= 2 * FORGET_FROM,
+        "{} streams remembered",
+        streams.len()
+    );
+    assert!(streams.forgotten_finished() >= 16_000 - 2 * FORGET_FROM as u64);
+    let log = a.memory_log();
+    let chunks: usize = log.regions.iter().map(|r| r.chunks.len()).sum();
+    assert!(
+        chunks <= 2 * FORGET_FROM + 1,
+        "{chunks} chunks: forgotten streams' chunks merge back"
+    );
+    assert!(
+        log.stats.total_allocated <= 4 * MIB,
+        "{} bytes held for 4 KiB live at a time",
+        log.stats.total_allocated
+    );
+}
+
+#[test]
+fn sixteen_thousand_streams_each_used_once_and_never_reset_are_all_served() {
+    let a = virtual_arena(&[]);
+    sixteen_thousand_streams_used_once(&a);
+    a.check_invariants().expect("invariants");
+}
+
+#[test]
+fn sixteen_thousand_streams_used_once_are_served_in_virtual_memory_mode() {
+    let a = vm_arena();
+    sixteen_thousand_streams_used_once(&a);
+    a.check_invariants().expect("invariants");
+}
+
+#[test]
+fn sixteen_thousand_streams_used_once_are_served_by_the_pool() {
+    let raw = VirtualAllocator::new(cuda_arena_core::DeviceLimits::with_total(GIB));
+    let a = PoolAllocator::new(raw, &config(&[]));
+    sixteen_thousand_streams_used_once(&a);
+}
+
+#[test]
+fn four_threads_making_four_thousand_streams_each_are_all_served() {
+    let a = Arc::new(virtual_arena(&[]));
+    let streams = Arc::new(immediate_streams());
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let (a, streams) = (a.clone(), streams.clone());
+            std::thread::spawn(move || use_once(&*a, &streams, 1 + t * 4000, 4000))
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("thread");
+    }
+    assert!(streams.len() <= 2 * FORGET_FROM);
+    a.check_invariants().expect("invariants");
+}
+
+#[test]
+fn a_stream_that_holds_memory_is_not_forgotten_until_it_is_freed() {
+    let a = virtual_arena(&[]);
+    let streams = immediate_streams();
+    let keeper = streams.get(1).expect("stream");
+    let kept = a
+        .alloc_on_stream(MIB, &keeper)
+        .expect("alloc")
+        .expect("addr");
+    let id = keeper.id();
+    drop(keeper);
+    use_once(&a, &streams, 2, 3 * FORGET_FROM as u64);
+    assert!(streams.handles().contains(&1), "the stream holding memory");
+    assert_eq!(streams.get(1).expect("stream").id(), id, "the same stream");
+    a.free(kept).expect("free");
+    use_once(&a, &streams, 100_000, 3 * FORGET_FROM as u64);
+    assert_ne!(
+        streams.get(1).expect("stream").id(),
+        id,
+        "forgotten once it held nothing"
+    );
+    a.check_invariants().expect("invariants");
+}
+
+#[test]
+fn a_stream_a_caller_still_holds_is_not_forgotten() {
+    let a = virtual_arena(&[]);
+    let streams = immediate_streams();
+    let held = streams.get(1).expect("stream");
+    let p = a
+        .alloc_on_stream(4096, &held)
+        .expect("alloc")
+        .expect("addr");
+    a.free(p).expect("free");
+    use_once(&a, &streams, 2, 3 * FORGET_FROM as u64);
+    assert_eq!(streams.get(1).expect("stream").id(), held.id());
+}
+
+#[test]
+fn streams_whose_work_may_run_are_kept_until_the_bound_then_the_device_is_synchronized_once() {
+    let a = virtual_arena(&[]);
+    let sim = SimEvents::new();
+    let events: Arc<dyn StreamEvents> = sim.clone();
+    let streams = ForeignStreams::with_events(Some(events));
+    let keeper = streams.get(u64::MAX).expect("stream");
+    let kept = a
+        .alloc_on_stream(4096, &keeper)
+        .expect("alloc")
+        .expect("addr");
+    drop(keeper);
+    // No stream's work ever completes on its own here: polling forgets none of them.
+    use_once(&a, &streams, 1, MAX_FOREIGN_STREAMS as u64 - 1);
+    assert_eq!(streams.len(), MAX_FOREIGN_STREAMS);
+    assert_eq!(sim.device_syncs(), 0);
+    use_once(&a, &streams, 1_000_000, 1);
+    assert_eq!(sim.device_syncs(), 1, "one synchronization at the bound");
+    assert_eq!(
+        streams.len(),
+        2,
+        "the stream holding memory and the new one"
+    );
+    assert!(streams.handles().contains(&u64::MAX));
+    a.free(kept).expect("free");
+    a.check_invariants().expect("invariants");
+}
+
+#[test]
+fn without_events_the_bound_stays_a_bound() {
+    let a = virtual_arena(&[]);
+    let streams = ForeignStreams::new();
+    use_once(&a, &streams, 1, MAX_FOREIGN_STREAMS as u64);
+    assert_eq!(
+        code(streams.get(MAX_FOREIGN_STREAMS as u64 + 1)),
+        "ERR_ARENA_INVALID_ARGUMENT"
+    );
+    assert_eq!(streams.forgotten_finished(), 0);
+}
+
+#[test]
+fn a_forgotten_streams_free_chunks_merge_and_serve_every_stream() {
+    let a = virtual_arena(&[]);
+    let streams = immediate_streams();
+    use_once(&a, &streams, 1, 4 * FORGET_FROM as u64);
+    let tagged = a
+        .memory_log()
+        .regions
+        .iter()
+        .flat_map(|r| r.chunks.clone())
+        .filter(|c| c.stream.is_some())
+        .count();
+    assert!(
+        tagged <= 2 * FORGET_FROM,
+        "{tagged} chunks still tagged with streams"
+    );
+    a.check_invariants().expect("invariants");
+}
