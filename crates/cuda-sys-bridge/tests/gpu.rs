@@ -562,6 +562,58 @@ fn the_arena_never_gives_a_block_to_another_stream_before_its_streams_work() {
 
 #[test]
 #[ignore = "needs a GPU"]
+fn streams_used_once_and_never_reset_are_forgotten_only_once_their_work_is_done() {
+    // Issue 25: a stream per request, never reset. S's free is held at a gate while 2,500 other
+    // streams come and go: S is kept (its work may still use its chunk), no other stream gets
+    // its chunk, and the others are forgotten as their work completes, with memory bounded.
+    let (_f, a, streams) = shared("gpu-25-per-request", &[]);
+    let s = host::stream();
+    // Made before the gate closes: the host function holding S blocks the driver's thread.
+    let others: Vec<u64> = (0..2500).map(|_| host::stream()).collect();
+    let ss = streams.get(s).expect("s");
+    let gate = host::Gate::hold(s);
+    let p = a.alloc_on_stream(MIB, &ss).expect("fits").expect("addr");
+    host::memset(p, 0xAA, MIB, s);
+    a.free(p).expect("free on S");
+    drop(ss);
+    let mut most = 0;
+    for (i, &h) in others.iter().enumerate() {
+        let st = streams.get(h).expect("a new stream is served");
+        let q = a.alloc_on_stream(MIB, &st).expect("fits").expect("addr");
+        assert_ne!(q, p, "stream {i} got S's chunk while S's work may use it");
+        host::memset(q, 0x55, MIB, h);
+        a.free(q).expect("free");
+        most = most.max(streams.len());
+    }
+    assert!(
+        streams.handles().contains(&s),
+        "S's work is held at the gate"
+    );
+    let (forgotten, held) = (streams.forgotten_finished(), a.stats().total_allocated);
+    println!(
+        "2,500 streams used once: at most {most} remembered, {forgotten} forgotten, {} MiB held",
+        held / MIB
+    );
+    assert!(forgotten >= 1000, "{forgotten} streams forgotten");
+    assert!(
+        held <= 64 * MIB,
+        "{held} bytes held for 1 MiB live at a time"
+    );
+    gate.open();
+    host::sync(s);
+    for h in &others {
+        host::sync(*h);
+    }
+    drop(streams.forget(s));
+    streams.clear();
+    host::destroy(s);
+    for h in others {
+        host::destroy(h);
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
 fn a_pool_block_live_when_its_stream_is_reset_and_destroyed_is_freed_on_the_legacy_stream() {
     let (_f, a, streams) = shared("gpu-13-pool-reset", &[("arena.use_cuda_mempool", "1")]);
     let s = host::stream();
