@@ -1,0 +1,429 @@
+//! One sub-arena's chunks: finding the best free chunk a stream may take, handing it out
+//! (cut to size by ORT's rule), freeing and merging it, and forgetting a stream's tags.
+
+use super::*;
+
+impl Metered for State {
+    #[inline]
+    fn in_use(&self) -> u64 {
+        self.stats.in_use
+    }
+
+    fn peak(&self) -> u64 {
+        self.stats.max_in_use
+    }
+
+    #[inline]
+    fn quota(&self) -> u64 {
+        self.quota
+    }
+
+    fn set_quota(&mut self, quota: u64) {
+        self.quota = quota;
+    }
+}
+
+impl State {
+    /// An empty sub-arena, index `index` of its arena.
+    pub(crate) fn new(config: &ArenaConfig, index: u64) -> Self {
+        let first = config.max_mem.min(config.initial_chunk_size_bytes);
+        State {
+            chunks: ChunkSlab::default(),
+            bins: FreeBins::new(),
+            regions: RegionSet::default(),
+            live: AddrTable::default(),
+            reserves: AddrMap::default(),
+            stats: AllocatorStats::with_limit(config.max_mem),
+            growth: round_up_256(first).unwrap_or(first),
+            next_alloc_id: 1 + (index << 48),
+            retired: false,
+            hosted: HostedStreams::default(),
+            lent: Vec::new(),
+            pages: None,
+            peak_chunk_bytes: 0,
+            dead_bytes: 0,
+            absorb_unassigned: false,
+            next_vm_region_id: 0,
+            quota: 0,
+            index: index as u32,
+            registered: 0,
+        }
+    }
+
+    /// This sub-arena's index in its arena.
+    pub(crate) fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// A sub-arena made after its arena was retired is retired from the start.
+    pub(crate) fn mark_retired(&mut self) {
+        self.retired = true;
+    }
+
+    /// Bytes this sub-arena holds from the raw allocator: regions and reserves.
+    pub(crate) fn held(&self) -> u64 {
+        self.stats.total_allocated
+    }
+
+    /// `(base, size)` of every region and reserve: what the directory holds (virtual-memory
+    /// mode's ranges are not there: every thread uses sub-arena 0 then).
+    pub(crate) fn ranges(&self) -> Vec<(u64, u64)> {
+        let mut v: Vec<(u64, u64)> = match self.pages {
+            Some(_) => Vec::new(),
+            None => self.regions.iter().map(|(_, r)| (r.base, r.size)).collect(),
+        };
+        v.extend(self.reserves.iter().map(|(&a, &s)| (a, s)));
+        v
+    }
+
+    /// `ERR_ARENA_RELEASED` once the arena is retired.
+    pub(crate) fn check_live(&self) -> Result<()> {
+        if self.retired {
+            return Err(ArenaError::Released {
+                what: "the allocator".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Hands every region (or mapped page and range) and reserve back and empties the arena
+    /// for good. Returns the host streams' events it held, for the caller to drop once the
+    /// lock is released.
+    #[must_use]
+    pub(crate) fn retire<R: RawAllocator>(
+        &mut self,
+        raw: &R,
+        vm: Option<&dyn VirtualMemory>,
+    ) -> Vec<Arc<FreeEvents>> {
+        // Nothing can be reported here (retire and drop cannot fail); the raw allocator's
+        // counters show what came back.
+        match (self.pages.is_some(), vm) {
+            (true, Some(vm)) => self.vm_retire(vm),
+            _ => {
+                for (_, r) in self.regions.iter() {
+                    let _ = raw.free(r.base, r.size);
+                }
+            }
+        }
+        for (&addr, &size) in self.reserves.iter() {
+            let _ = raw.free(addr, size);
+        }
+        let limit = self.stats.limit;
+        self.chunks = ChunkSlab::default();
+        self.bins = FreeBins::new();
+        self.regions = RegionSet::default();
+        self.live = AddrTable::default();
+        self.reserves = AddrMap::default();
+        self.stats = AllocatorStats {
+            limit,
+            ..AllocatorStats::default()
+        };
+        self.retired = true;
+        self.lent.clear();
+        self.peak_chunk_bytes = 0;
+        self.dead_bytes = 0;
+        self.quota = 0;
+        self.hosted.take_all()
+    }
+
+    /// The events of the host streams other than `consumer` whose frees are not all known
+    /// complete.
+    pub(super) fn hosted_waiting(&self, consumer: StreamId) -> Vec<Arc<FreeEvents>> {
+        self.hosted.waiting(consumer)
+    }
+
+    /// Whether chunks tagged with host stream `id` are in use here.
+    pub(crate) fn holds_stream(&self, id: StreamId) -> bool {
+        self.hosted.holds(id)
+    }
+
+    /// A chunk being freed that is tagged with a host stream with events takes that stream's
+    /// next mark: another stream may take it once the stream's work up to here is done.
+    #[inline]
+    pub(super) fn mark_hosted_free(&mut self, id: u32) {
+        if self.hosted.is_empty() {
+            return;
+        }
+        let stream = self.chunks.get(id).stream;
+        if let Some(mark) = self.hosted.freed(stream) {
+            self.chunks.get_mut(id).sync_id = mark;
+        }
+    }
+
+    /// The best free chunk for `rounded` bytes that `stream` (id `consumer`, 0: no stream) may
+    /// use. The stream's clock is locked only if a chunk of another stream is considered.
+    #[inline(always)]
+    pub(super) fn find(
+        &self,
+        rounded: u64,
+        consumer: StreamId,
+        stream: Option<&Stream>,
+    ) -> Option<u32> {
+        let chunks = &self.chunks;
+        let hosted = &self.hosted;
+        let class = self.pages.as_deref().map_or(0, |p| p.class_for(rounded));
+        let mut clock = None;
+        self.bins.best_fit_class(
+            class,
+            rounded,
+            #[inline(always)]
+            |id| {
+                let c = chunks.get(id);
+                c.stream == consumer || c.stream == 0 || {
+                    // ORT's rule: the consumer's own chunk, an unassigned one, or one whose
+                    // stream the consumer has waited on since the chunk was handed out
+                    // there; for a host stream with events, one whose free that stream's
+                    // work is known past.
+                    match hosted.events(c.stream) {
+                        Some(events) => events.is_complete(c.sync_id),
+                        None => stream.is_some_and(|s| {
+                            let clock = clock.get_or_insert_with(|| s.clock());
+                            c.sync_id < clock.last_wait(c.stream)
+                        }),
+                    }
+                }
+            },
+        )
+    }
+
+    /// Whether a free chunk of `chunk_size` bytes handed out for `rounded` is cut. ORT's rule
+    /// ([`splits`]) in the region mode. The virtual-memory mode cuts every chunk to size
+    /// (`max_dead` is 256), as bytes past the request would hold pages for nothing, but for
+    /// chunks ORT would hand out whole (under twice the request) while the dead bytes of all
+    /// live chunks stay within a small budget ([`vm::Paged::dead_bytes_budget`]): each whole
+    /// chunk saves a cut now and a merge at its free, and what it may cost is bounded.
+    #[inline(always)]
+    pub(super) fn splits(&self, chunk_size: u64, rounded: u64, max_dead: u64) -> bool {
+        if !splits(chunk_size, rounded, max_dead) {
+            return false;
+        }
+        let Some(p) = self.pages.as_deref() else {
+            return true;
+        };
+        if chunk_size / 2 >= rounded {
+            return true;
+        }
+        let budget = p.dead_bytes_budget(
+            (self.stats.in_use - self.stats.reserved_bytes).saturating_add(chunk_size),
+        );
+        self.dead_bytes.saturating_add(chunk_size - rounded) > budget
+    }
+
+    /// Hands out free chunk `id`, splitting off what is left when ORT's rule says so. The
+    /// caller gets the low end, as in ORT.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn take(
+        &mut self,
+        id: u32,
+        rounded: u64,
+        size: u64,
+        consumer: StreamId,
+        sync_id: u64,
+        split: bool,
+    ) -> u64 {
+        if split {
+            self.split(id, rounded);
+        } else {
+            self.bins.remove(id);
+            if self.pages.is_some() {
+                self.dead_bytes += self.chunks.get(id).size - rounded;
+            }
+        }
+        let alloc_id = self.next_alloc_id;
+        self.next_alloc_id += 1;
+        let c = self.chunks.get_mut(id);
+        c.in_use = true;
+        c.requested_size = size;
+        c.alloc_id = alloc_id;
+        if consumer != 0 {
+            c.stream = consumer;
+            c.sync_id = sync_id;
+        }
+        let (addr, chunk_size, tag) = (c.addr, c.size, c.stream);
+        if consumer == 0 && tag != 0 {
+            // Taken with no stream, the chunk keeps its host stream's tag (its free takes that
+            // stream's mark): it counts as that stream's in use. A chunk taken on a stream is
+            // counted by `Arena::tag_with`.
+            self.hosted.counts_in_use(tag);
+        }
+        self.live.insert(addr, id);
+        self.stats.add_in_use(chunk_size, size);
+        self.peak_chunk_bytes = self
+            .peak_chunk_bytes
+            .max((self.stats.in_use - self.stats.reserved_bytes).saturating_sub(self.dead_bytes));
+        // (The peak the virtual-memory headroom follows counts requests, not dead bytes.)
+        addr
+    }
+
+    /// Cuts free chunk `id` at `rounded`: `id` keeps the low end and leaves the bins; the
+    /// rest becomes a new free chunk with the same stream and sync id, which takes over
+    /// `id`'s bin entry.
+    #[inline(always)]
+    pub(super) fn split(&mut self, id: u32, rounded: u64) {
+        let rest_id = self.cut_links(id, rounded);
+        let rest = self.chunks.get(rest_id);
+        let (size, addr) = (rest.size, rest.addr);
+        self.bins.replace(id, rest_id, size, addr);
+    }
+
+    /// Cuts chunk `id` at `at` bytes into two linked chunks, the upper one free with `id`'s
+    /// region, stream and sync id; returns its id. Bins are the caller's business.
+    #[inline(always)]
+    pub(super) fn cut_links(&mut self, id: u32, at: u64) -> u32 {
+        let c = self.chunks.get(id);
+        let rest = Chunk {
+            addr: c.addr + at,
+            size: c.size - at,
+            requested_size: 0,
+            prev: id,
+            next: c.next,
+            region: c.region,
+            in_use: false,
+            stream: c.stream,
+            sync_id: c.sync_id,
+            alloc_id: 0,
+        };
+        let rest_id = self.chunks.insert(rest);
+        if rest.next != NIL {
+            self.chunks.get_mut(rest.next).prev = rest_id;
+        }
+        let low = self.chunks.get_mut(id);
+        low.next = rest_id;
+        low.size = at;
+        rest_id
+    }
+
+    /// Marks in-use chunk `id` (already out of the address table) free, merges it with free
+    /// neighbours of the same stream and leaves the result in its bin.
+    #[inline(always)]
+    pub(super) fn release_chunk(&mut self, id: u32) {
+        let c = self.chunks.get_mut(id);
+        c.in_use = false;
+        let (addr, size, requested, prev, next) =
+            (c.addr, c.size, c.requested_size, c.prev, c.next);
+        c.requested_size = 0;
+        self.stats.remove_in_use(size, requested);
+        if self.pages.is_some() {
+            let rounded = round_up_256(requested).unwrap_or(size);
+            // (check_invariants recomputes it; saturating so that a fault there could not
+            // panic on a free.)
+            self.dead_bytes = self.dead_bytes.saturating_sub(size.saturating_sub(rounded));
+        }
+        let above = next != NIL && self.mergeable(id, next);
+        // Whether the chunk below takes this one once it has taken the one above (whose
+        // stream it takes if it has none: see `merge`).
+        let below = prev != NIL && {
+            let (p, c) = (self.chunks.get(prev), self.chunks.get(id));
+            let stream = match c.stream {
+                0 if above => self.chunks.get(next).stream,
+                s => s,
+            };
+            !p.in_use && self.streams_merge(p.stream, stream)
+        };
+        if below {
+            // Both neighbours fold into the one below, which keeps its bin entry: one bin
+            // update fewer than moving the entry of the one above to this chunk first.
+            if above {
+                self.bins.remove(next);
+                self.merge(id, next);
+            }
+            self.merge(prev, id);
+            let p = self.chunks.get(prev);
+            self.bins.rekey(prev, p.size, p.addr);
+        } else if above {
+            // Absorb the free chunk above, taking over its bin entry.
+            let merged = size + self.chunks.get(next).size;
+            self.bins.replace(next, id, merged, addr);
+            self.merge(id, next);
+        } else {
+            let c = self.chunks.get(id);
+            let class = self.class_of(c.region);
+            self.bins.insert_class(id, c.size, c.addr, class);
+        }
+    }
+
+    /// Whether adjacent chunks `a` (lower) and `b` are both free and of one stream (in
+    /// virtual-memory mode, or one of them of no stream: see `absorb_unassigned`).
+    #[inline]
+    pub(super) fn mergeable(&self, a: u32, b: u32) -> bool {
+        let (a, b) = (self.chunks.get(a), self.chunks.get(b));
+        !a.in_use && !b.in_use && self.streams_merge(a.stream, b.stream)
+    }
+
+    /// Whether free chunks of streams `a` and `b` merge when adjacent.
+    #[inline(always)]
+    pub(super) fn streams_merge(&self, a: StreamId, b: StreamId) -> bool {
+        a == b
+            || self.absorb_unassigned
+                && (a == 0 || b == 0)
+                && a != vm::UNMAPPED
+                && b != vm::UNMAPPED
+    }
+
+    /// Absorbs chunk `b` into the chunk `a` just below it. `b` must not be in a bin; `a`'s
+    /// bin entry, if any, is left stale for the caller to re-key.
+    #[inline]
+    pub(super) fn merge(&mut self, a: u32, b: u32) {
+        let bc = *self.chunks.get(b);
+        let ac = self.chunks.get_mut(a);
+        ac.size += bc.size;
+        ac.next = bc.next;
+        ac.sync_id = ac.sync_id.max(bc.sync_id);
+        if ac.stream == 0 {
+            // Free memory of no stream joining a stream's (virtual-memory mode) is that
+            // stream's now: a stricter rule for it, never a looser one.
+            ac.stream = bc.stream;
+        }
+        if bc.next != NIL {
+            self.chunks.get_mut(bc.next).prev = a;
+        }
+        self.chunks.remove(b);
+    }
+
+    /// Detaches every chunk from `stream` and merges the free runs that now share a stream.
+    /// Returns the stream's events if it was a host stream with events, for the caller to drop
+    /// once the lock is released.
+    #[must_use]
+    pub(crate) fn reset_stream(&mut self, stream: StreamId) -> Option<Arc<FreeEvents>> {
+        let hosted = self.hosted.remove(stream);
+        self.untag(stream);
+        hosted
+    }
+
+    pub(super) fn untag(&mut self, stream: StreamId) {
+        let firsts = self.region_firsts();
+        let mut touched = false;
+        for &first in &firsts {
+            let mut id = first;
+            while id != NIL {
+                let c = self.chunks.get_mut(id);
+                if c.stream == stream {
+                    c.stream = 0;
+                    touched = true;
+                }
+                id = c.next;
+            }
+        }
+        if !touched {
+            return;
+        }
+        for &first in &firsts {
+            let mut id = first;
+            while id != NIL {
+                let next = self.chunks.get(id).next;
+                if next != NIL && self.mergeable(id, next) {
+                    // Both are free, so both are in bins; the merged chunk goes back in.
+                    self.bins.remove(id);
+                    self.bins.remove(next);
+                    self.merge(id, next);
+                    let c = self.chunks.get(id);
+                    let class = self.class_of(c.region);
+                    self.bins.insert_class(id, c.size, c.addr, class);
+                } else {
+                    id = next;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! Giving pages back in virtual-memory mode: the wholly free runs of mapped pages, unmapping
+//! them for the headroom, the unmap threshold, decision 7's retry and shrink, and retiring.
+
+use super::*;
+
+impl State {
+    /// Wholly free mapped page runs, as `(slot, addr, len, a chunk of the run)`, outside
+    /// `keep`.
+    pub(super) fn vm_free_runs(&self, keep: Keep, scan: Scan) -> Vec<(u32, u64, u64, u32)> {
+        let Some(p) = self.pages.as_deref() else {
+            return Vec::new();
+        };
+        let page = p.page();
+        // Spans of adjacent mapped free chunks: (slot, lo, hi, first chunk).
+        let mut spans: Vec<(u32, u64, u64, u32)> = Vec::new();
+        match scan {
+            Scan::Large | Scan::Headroom => {
+                for b in bin_for_size(page)..NUM_BINS {
+                    for id in self.bins.bin_ids(b) {
+                        let c = self.chunks.get(id);
+                        spans.push((c.region, c.addr, c.addr + c.size, id));
+                    }
+                }
+            }
+            Scan::Everything => {
+                for (slot, r) in self.regions.iter() {
+                    let mut id = r.first_chunk;
+                    let mut open: Option<(u64, u32)> = None;
+                    while id != NIL {
+                        let c = self.chunks.get(id);
+                        let free = !c.in_use && c.stream != UNMAPPED;
+                        match (free, open) {
+                            (true, None) => open = Some((c.addr, id)),
+                            (false, Some((lo, first))) => {
+                                spans.push((slot, lo, c.addr, first));
+                                open = None;
+                            }
+                            _ => {}
+                        }
+                        id = c.next;
+                    }
+                    if let Some((lo, first)) = open {
+                        spans.push((slot, lo, r.base + r.size, first));
+                    }
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for (slot, lo, hi, first) in spans {
+            let base = self.regions.get(slot).base;
+            let (a, b) = (ceil_to(lo, base, page), floor_to(hi, base, page));
+            if a >= b {
+                continue;
+            }
+            // Cut out the pages a mapping in progress is for.
+            match keep {
+                Some((ks, klo, khi)) if ks == slot => {
+                    if a < klo {
+                        out.push((slot, a, b.min(klo) - a, first));
+                    }
+                    if b > khi {
+                        let s = a.max(khi);
+                        out.push((slot, s, b - s, first));
+                    }
+                }
+                _ => out.push((slot, a, b - a, first)),
+            }
+        }
+        out
+    }
+
+    /// Unmaps wholly free pages (outside `keep`), highest addresses first, until `target`
+    /// bytes are unmapped or none are left. Returns the runs unmapped and the first error
+    /// (the pass stops there; what it unmapped stays unmapped).
+    pub(super) fn vm_unmap_free(
+        &mut self,
+        vm: &dyn VirtualMemory,
+        keep: Keep,
+        target: u64,
+        scan: Scan,
+    ) -> (usize, Option<ArenaError>) {
+        let Ok(page) = self.paged().map(Paged::page) else {
+            return (0, None);
+        };
+        let mut runs = self.vm_free_runs(keep, scan);
+        // Highest addresses first: the fit packs low, so the top is likeliest to stay free.
+        runs.sort_unstable_by_key(|r| std::cmp::Reverse(r.1));
+        let (mut freed, mut count) = (0u64, 0usize);
+        for (slot, a, n, first) in runs {
+            if freed >= target {
+                break;
+            }
+            // Whole mappings only: those lying wholly in the run.
+            let Some((a, end)) = self
+                .pages
+                .as_deref()
+                .and_then(|p| p.pages.whole_mappings(slot, a, a + n))
+            else {
+                continue;
+            };
+            // The top of the run, in whole pages, as much as is still wanted, from where the
+            // mapping holding its first page starts.
+            let want = (end - a).min(ceil_to(target - freed, 0, page));
+            let start = self.pages.as_deref().map_or(a, |p| {
+                p.pages.mapping_start_at_or_below(slot, end - want, a)
+            });
+            let take = end - start;
+            if let Err(e) = vm.unmap(start, take) {
+                return (count, Some(e));
+            }
+            let pieces = self.vm_pieces(first, start, start + take);
+            let id = self.vm_join(&pieces, UNMAPPED);
+            self.vm_settle(id);
+            if let Some(p) = self.pages.as_deref_mut() {
+                p.pages.set_run(slot, start, take, false);
+                self.stats.total_allocated -= take;
+                self.stats.num_arena_extensions = p.pages.extents();
+            }
+            self.stats.num_arena_shrinkages += 1;
+            if scan == Scan::Headroom {
+                if let Some(p) = self.pages.as_deref_mut() {
+                    if p.evicted.len() == CHURN_WINDOW {
+                        p.evicted.pop_front();
+                    }
+                    p.evicted.push_back((slot, start, start + take));
+                }
+            }
+            freed += take;
+            count += 1;
+        }
+        (count, None)
+    }
+
+    /// After a free: with `arena.vm_unmap_threshold_bytes` set, unmaps wholly free pages past
+    /// it. Off the common path unless the threshold is passed.
+    #[inline]
+    pub(in crate::arena::bfc) fn vm_after_free(&mut self, vm: &dyn VirtualMemory) {
+        let Some(p) = self.pages.as_deref() else {
+            return;
+        };
+        let free = p
+            .pages
+            .mapped_bytes()
+            .saturating_sub(self.stats.in_use - self.stats.reserved_bytes);
+        if free > p.trigger {
+            self.vm_trim(vm, free);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    pub(super) fn vm_trim(&mut self, vm: &dyn VirtualMemory, free: u64) {
+        let Some(threshold) = self.pages.as_deref().and_then(|p| p.threshold) else {
+            return;
+        };
+        // An unmap the backend refuses leaves its pages mapped and counted; the next trim
+        // tries again.
+        let _ = self.vm_unmap_free(vm, None, free - threshold, Scan::Large);
+        let left = self
+            .pages
+            .as_deref()
+            .map_or(0, |p| p.pages.mapped_bytes())
+            .saturating_sub(self.chunk_bytes_in_use());
+        if let Some(p) = self.pages.as_deref_mut() {
+            p.trigger = threshold.max(left);
+        }
+    }
+
+    /// Shrink and decision 7: unmaps every wholly free page and gives back the ranges with
+    /// nothing in use. Returns how many runs of pages were unmapped and the first error.
+    pub(in crate::arena::bfc) fn vm_release_all_free(
+        &mut self,
+        vm: &dyn VirtualMemory,
+    ) -> (usize, Option<ArenaError>) {
+        let (count, err) = self.vm_unmap_free(vm, None, u64::MAX, Scan::Everything);
+        if err.is_none() {
+            for slot in self.idle_regions() {
+                self.vm_drop_range(vm, slot);
+            }
+        }
+        if let Some(p) = self.pages.as_deref_mut() {
+            p.trigger = p.threshold.unwrap_or(u64::MAX);
+            p.slack = 0;
+            p.evicted.clear();
+        }
+        (count, err)
+    }
+
+    /// Retire: unmaps every page and gives back every range. Errors cannot be reported; the
+    /// backend's counters show what came back.
+    pub(in crate::arena::bfc) fn vm_retire(&mut self, vm: &dyn VirtualMemory) {
+        let Some(p) = self.pages.as_deref_mut() else {
+            return;
+        };
+        let page = p.page();
+        for (slot, r) in self.regions.iter() {
+            for (a, n) in p.pages.extents_of(slot) {
+                let _ = vm.unmap(a, n);
+            }
+            let _ = vm.release(r.base, r.size);
+        }
+        p.pages = PageTable::new(page);
+        p.unmapped = FreeBins::new();
+        p.trigger = p.threshold.unwrap_or(u64::MAX);
+        p.slack = 0;
+        p.evicted.clear();
+    }
+}
