@@ -15,7 +15,8 @@
 # take longer per pass than that, which then shows as "timed out").
 # Diagnostics: EXTRA="label=path.so ..." also runs other builds of the library beside "new";
 # OTHERS=0 skips PyTorch and cudaMallocAsync; NOSTREAM=0 skips the new-nostream runs;
-# ONE_REPEATS (default 5) is how many processes measure the new and today's library at one thread.
+# ONE_REPEATS (default 5) is how many processes measure the new and today's library at one thread;
+# ARENA_CONF="arena.k=v,..." configures every cuda-arena run (e.g. arena.use_virtual_memory=1).
 # Results: OUTDIR/mt.jsonl (one JSON object per run), OUTDIR/mt.log, OUTDIR/device_facts.txt,
 # OUTDIR/mt_tables.md (scripts/gpu/bench/mt_summarize.py) and OUTDIR/bars.md, whose last line
 # is "threads: PASS" or "threads: FAIL" (scripts/gpu/threads_bars.py).
@@ -42,6 +43,7 @@ EXTRA=${EXTRA:-}
 OTHERS=${OTHERS:-1}
 NOSTREAM=${NOSTREAM:-1}
 ONE_REPEATS=${ONE_REPEATS:-5}
+ARENA_CONF=${ARENA_CONF:-}
 NEW=$PWD/.device/libcuda_arena.so
 BASE=$PWD/.device/libcuda_arena.base.so
 RES=$OUT/mt.jsonl
@@ -130,15 +132,15 @@ for t in small mixed; do
         if [ $((REP % 2)) = 0 ]; then order="today new"; else order="new today"; fi
         for lib in $order; do
           if [ $lib = new ]; then L=$NEW; else L=$BASE; fi
-          one $lib ${!tr} --threads 1 --backend plugin --plugin "$P" --plugin-arg "$L@$ARENA_BACKEND@Cuda@"
+          one $lib ${!tr} --threads 1 --backend plugin --plugin "$P" --plugin-arg "$L@$ARENA_BACKEND@Cuda@$ARENA_CONF"
         done
       done
       REP=1
     fi
-    one new ${!tr} --threads "$n" --backend plugin --plugin "$P" --plugin-arg "$NEW@$ARENA_BACKEND@Cuda@"
-    one today ${!tr} --threads "$n" --backend plugin --plugin "$P" --plugin-arg "$BASE@$ARENA_BACKEND@Cuda@"
+    one new ${!tr} --threads "$n" --backend plugin --plugin "$P" --plugin-arg "$NEW@$ARENA_BACKEND@Cuda@$ARENA_CONF"
+    one today ${!tr} --threads "$n" --backend plugin --plugin "$P" --plugin-arg "$BASE@$ARENA_BACKEND@Cuda@$ARENA_CONF"
     for x in $EXTRA; do
-      one "${x%%=*}" ${!tr} --threads "$n" --backend plugin --plugin "$P" --plugin-arg "$PWD/${x#*=}@$ARENA_BACKEND@Cuda@"
+      one "${x%%=*}" ${!tr} --threads "$n" --backend plugin --plugin "$P" --plugin-arg "$PWD/${x#*=}@$ARENA_BACKEND@Cuda@$ARENA_CONF"
     done
     if [ "$OTHERS" = 1 ]; then
       [ $TORCH_OK = 1 ] && one torch ${!tr} --threads "$n" --backend plugin --plugin "$B/libtorch_plugin.so"
@@ -150,7 +152,7 @@ done
   tr="TR_$t"
   for n in $THREADS; do
     one new-nostream ${!tr} --threads "$n" --backend plugin --plugin "$P" \
-      --plugin-arg "$NEW@$ARENA_BACKEND@Cuda@plugin.stream=0"
+      --plugin-arg "$NEW@$ARENA_BACKEND@Cuda@plugin.stream=0${ARENA_CONF:+,$ARENA_CONF}"
   done
 done
 

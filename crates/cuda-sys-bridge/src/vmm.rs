@@ -95,6 +95,42 @@ impl CudaVirtualMemory {
         }
         Ok(())
     }
+
+    /// Unmaps `[addr, addr + len)`, after waiting for the whole device when `wait` (queued
+    /// work may still use the pages).
+    fn unmap_after(&self, addr: u64, len: u64, wait: bool) -> Result<()> {
+        let mut ranges = self.ranges.lock();
+        ranges.check_unmap(addr, len)?;
+        let _current = self.ctx.make_current()?;
+        if wait {
+            driver::ctx_synchronize()?;
+        }
+        // One call for the run of whole mappings (one cuMemUnmap may cover several: an H100
+        // unmaps 16 one-granule mappings in one call at 17-21 against 29-39 us per granule
+        // one by one, scripts/gpu/vmm_cost.cpp); mapping by mapping if that is refused.
+        let mappings = ranges.mappings_in(addr, len);
+        if mappings.len() > 1 && driver::mem_unmap(addr, len).is_ok() {
+            ranges.mark_unmapped(addr, len);
+            self.ledger.lock().record_unmap(len);
+            return Ok(());
+        }
+        for (at, n) in mappings {
+            match driver::mem_unmap(at, n) {
+                Err(e) if !driver::is_shutdown(&e) => {
+                    // What was unmapped so far stays unmapped and counted as such.
+                    if at > addr {
+                        ranges.mark_unmapped(addr, at - addr);
+                        self.ledger.lock().record_unmap(at - addr);
+                    }
+                    return Err(e);
+                }
+                _ => {}
+            }
+        }
+        ranges.mark_unmapped(addr, len);
+        self.ledger.lock().record_unmap(len);
+        Ok(())
+    }
 }
 
 impl VirtualMemory for CudaVirtualMemory {
@@ -141,36 +177,12 @@ impl VirtualMemory for CudaVirtualMemory {
     }
 
     fn unmap(&self, addr: u64, len: u64) -> Result<()> {
-        let mut ranges = self.ranges.lock();
-        ranges.check_unmap(addr, len)?;
-        let _current = self.ctx.make_current()?;
-        // Queued work may still use these pages.
-        driver::ctx_synchronize()?;
-        // One call for the run of whole mappings (one cuMemUnmap may cover several: an H100
-        // unmaps 16 one-granule mappings in one call at 17-21 against 29-39 us per granule
-        // one by one, scripts/gpu/vmm_cost.cpp); mapping by mapping if that is refused.
-        let mappings = ranges.mappings_in(addr, len);
-        if mappings.len() > 1 && driver::mem_unmap(addr, len).is_ok() {
-            ranges.mark_unmapped(addr, len);
-            self.ledger.lock().record_unmap(len);
-            return Ok(());
-        }
-        for (at, n) in mappings {
-            match driver::mem_unmap(at, n) {
-                Err(e) if !driver::is_shutdown(&e) => {
-                    // What was unmapped so far stays unmapped and counted as such.
-                    if at > addr {
-                        ranges.mark_unmapped(addr, at - addr);
-                        self.ledger.lock().record_unmap(at - addr);
-                    }
-                    return Err(e);
-                }
-                _ => {}
-            }
-        }
-        ranges.mark_unmapped(addr, len);
-        self.ledger.lock().record_unmap(len);
-        Ok(())
+        self.unmap_after(addr, len, true)
+    }
+
+    fn unmap_idle(&self, addr: u64, len: u64) -> Result<()> {
+        // The arena knows every stream that used these pages is past its last use.
+        self.unmap_after(addr, len, false)
     }
 
     fn mapped_bytes(&self) -> u64 {

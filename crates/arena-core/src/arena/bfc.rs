@@ -179,6 +179,12 @@ pub(crate) struct State {
     /// can be neither reused whole nor unmapped. (The region mode keeps ORT's rule: only
     /// chunks of one stream merge.)
     absorb_unassigned: bool,
+    /// Virtual-memory mode: memory handed out since the device was last waited for may be
+    /// used by work on no stream the arena tracks (a chunk handed out with no stream, or the
+    /// chunks of a stream without events that was released). Until an unmap waits for the
+    /// device again, every unmap does; otherwise an unmap of pages whose streams are all
+    /// known past their frees waits for nothing (issue 25).
+    unknown_work: bool,
     /// Virtual-memory mode: the id of the next range reserved (only one sub-arena is used
     /// in that mode, so ids stay unique).
     next_vm_region_id: u64,

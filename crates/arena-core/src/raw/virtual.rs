@@ -28,6 +28,9 @@ struct Space {
     holes: BTreeMap<u64, u64>,
     /// Ranges reserved by the virtual-memory form, and what is mapped in them.
     vm: Reservations,
+    /// Unmaps that would have waited for the device ([`VirtualMemory::unmap`] rather than
+    /// [`VirtualMemory::unmap_idle`]): none here, but counted as CUDA's would wait.
+    waiting_unmaps: u64,
 }
 
 impl Space {
@@ -90,6 +93,7 @@ impl VirtualAllocator {
             ledger: Ledger::new(limits),
             holes,
             vm: Reservations::new(DEFAULT_VIRTUAL_GRANULARITY),
+            waiting_unmaps: 0,
         };
         VirtualAllocator {
             space: Arc::new(Mutex::new(space)),
@@ -168,6 +172,15 @@ impl VirtualAllocator {
     }
 }
 
+impl VirtualVm {
+    /// Unmaps so far that would have waited for the device, as CUDA's `unmap` does: those the
+    /// arena could not show no queued work used (the rest came through
+    /// [`VirtualMemory::unmap_idle`]).
+    pub fn waiting_unmaps(&self) -> u64 {
+        self.space.lock().waiting_unmaps
+    }
+}
+
 impl VirtualMemory for VirtualVm {
     fn granularity(&self) -> u64 {
         self.space.lock().vm.granularity()
@@ -206,6 +219,12 @@ impl VirtualMemory for VirtualVm {
     }
 
     fn unmap(&self, addr: u64, len: u64) -> Result<()> {
+        self.unmap_idle(addr, len)?;
+        self.space.lock().waiting_unmaps += 1;
+        Ok(())
+    }
+
+    fn unmap_idle(&self, addr: u64, len: u64) -> Result<()> {
         let mut space = self.space.lock();
         space.vm.check_unmap(addr, len)?;
         space.vm.mark_unmapped(addr, len);

@@ -48,6 +48,15 @@ pub trait VirtualMemory: Send + Sync + std::fmt::Debug {
     /// and changes nothing.
     fn unmap(&self, addr: u64, len: u64) -> Result<()>;
 
+    /// As [`VirtualMemory::unmap`], for pages the caller knows no queued work uses (every
+    /// stream that used them is known past its last use, issue 25): a backend whose `unmap`
+    /// waits for the device first (CUDA's does, as queued work may still use the pages) skips
+    /// that wait here. The default is `unmap`: a backend with no asynchronous work has
+    /// nothing to wait for.
+    fn unmap_idle(&self, addr: u64, len: u64) -> Result<()> {
+        self.unmap(addr, len)
+    }
+
     /// Bytes mapped now.
     fn mapped_bytes(&self) -> u64;
 
@@ -98,6 +107,9 @@ impl<V: VirtualMemory + ?Sized> VirtualMemory for std::sync::Arc<V> {
     }
     fn unmap(&self, addr: u64, len: u64) -> Result<()> {
         (**self).unmap(addr, len)
+    }
+    fn unmap_idle(&self, addr: u64, len: u64) -> Result<()> {
+        (**self).unmap_idle(addr, len)
     }
     fn mapped_bytes(&self) -> u64 {
         (**self).mapped_bytes()

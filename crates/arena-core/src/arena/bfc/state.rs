@@ -43,6 +43,7 @@ impl State {
             peak_chunk_bytes: 0,
             dead_bytes: 0,
             absorb_unassigned: false,
+            unknown_work: false,
             next_vm_region_id: 0,
             quota: 0,
             index: index as u32,
@@ -241,11 +242,15 @@ impl State {
             c.sync_id = sync_id;
         }
         let (addr, chunk_size, tag) = (c.addr, c.size, c.stream);
-        if consumer == 0 && tag != 0 {
-            // Taken with no stream, the chunk keeps its host stream's tag (its free takes that
-            // stream's mark): it counts as that stream's in use. A chunk taken on a stream is
-            // counted by `Arena::tag_with`.
-            self.hosted.counts_in_use(tag);
+        if consumer == 0 {
+            // Its work is on no stream the arena knows of.
+            self.unknown_work = true;
+            if tag != 0 {
+                // Taken with no stream, the chunk keeps its host stream's tag (its free takes
+                // that stream's mark): it counts as that stream's in use. A chunk taken on a
+                // stream is counted by `Arena::tag_with`.
+                self.hosted.counts_in_use(tag);
+            }
         }
         self.live.insert(addr, id);
         self.stats.add_in_use(chunk_size, size);
@@ -387,11 +392,15 @@ impl State {
     #[must_use]
     pub(crate) fn reset_stream(&mut self, stream: StreamId) -> Option<Arc<FreeEvents>> {
         let hosted = self.hosted.remove(stream);
-        self.untag(stream);
+        let touched = self.untag(stream);
+        // A host stream with events is reset when its host says its work is done or when its
+        // frees are known done; what another stream leaves, no event says.
+        self.unknown_work |= touched && hosted.is_none();
         hosted
     }
 
-    pub(super) fn untag(&mut self, stream: StreamId) {
+    /// Detaches every chunk from `stream`; whether any was tagged with it.
+    pub(super) fn untag(&mut self, stream: StreamId) -> bool {
         let firsts = self.region_firsts();
         let mut touched = false;
         for &first in &firsts {
@@ -406,7 +415,7 @@ impl State {
             }
         }
         if !touched {
-            return;
+            return false;
         }
         for &first in &firsts {
             let mut id = first;
@@ -425,5 +434,6 @@ impl State {
                 }
             }
         }
+        true
     }
 }

@@ -578,7 +578,8 @@ fn map_in_units(vm: &dyn VirtualMemory, addr: u64, len: u64, unit: u64) -> Resul
             let mut back = addr;
             while back < at {
                 let m = unit.min(at - back);
-                let _ = vm.unmap(back, m);
+                // Mapped just now and never handed out: no work uses them.
+                let _ = vm.unmap_idle(back, m);
                 back += m;
             }
             // The backend's reason speaks of the moment this piece failed, with the pieces

@@ -105,8 +105,19 @@ impl State {
                 p.pages.mapping_start_at_or_below(slot, end - want, a)
             });
             let take = end - start;
-            if let Err(e) = vm.unmap(start, take) {
+            // Waiting for the device only when a chunk's stream is not known past its free.
+            let idle = self.vm_run_idle(first, start, start + take);
+            let unmapped = if idle {
+                vm.unmap_idle(start, take)
+            } else {
+                vm.unmap(start, take)
+            };
+            if let Err(e) = unmapped {
                 return (count, Some(e));
+            }
+            if !idle {
+                // The device was waited for: no work of before is left.
+                self.unknown_work = false;
             }
             let pieces = self.vm_pieces(first, start, start + take);
             let id = self.vm_join(&pieces, UNMAPPED);
@@ -129,6 +140,34 @@ impl State {
             count += 1;
         }
         (count, None)
+    }
+
+    /// Whether no queued work can use `[lo, hi)`, a run of wholly free mapped pages whose
+    /// span starts at chunk `first`: nothing was handed out with no stream since the device
+    /// was last waited for, and each chunk there is of no stream or of a host stream whose
+    /// events say its work is past the chunk's free (the same rule another stream's reuse
+    /// follows). No driver call: what the events are known to say.
+    fn vm_run_idle(&self, first: u32, lo: u64, hi: u64) -> bool {
+        if self.unknown_work {
+            return false;
+        }
+        let mut id = first;
+        while id != NIL {
+            let c = self.chunks.get(id);
+            if c.addr >= hi {
+                break;
+            }
+            let past = c.stream == 0
+                || self
+                    .hosted
+                    .events(c.stream)
+                    .is_some_and(|e| e.is_complete(c.sync_id));
+            if c.addr + c.size > lo && (c.in_use || !past) {
+                return false;
+            }
+            id = c.next;
+        }
+        true
     }
 
     /// After a free: with `arena.vm_unmap_threshold_bytes` set, unmaps wholly free pages past
