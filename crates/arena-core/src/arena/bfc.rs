@@ -107,6 +107,9 @@ enum Memory<'a, R> {
 const BACKOFF_FACTOR: f32 = 0.9;
 const BACKOFF_MIN_BYTES: u64 = 8192;
 
+/// The most host streams a miss polls (see [`State::hosted_holding_back`]).
+const MAX_POLLED_ON_MISS: usize = 4;
+
 /// The most regions an allocation moves from other sub-arenas before it grows its own.
 const MAX_ADOPTIONS: u32 = 8;
 
@@ -385,7 +388,7 @@ impl<R: RawAllocator> Arena<R> {
                 Attempt::NoFit => {}
             }
             global = None;
-            let miss = self.on_miss(&mut sub.lock(), consumer, waited)?;
+            let miss = self.on_miss(&mut sub.lock(), rounded, consumer, waited)?;
             match miss {
                 Miss::Wait(others, next) => {
                     // Driver calls (event record, query, synchronize) with no lock held.
@@ -485,9 +488,15 @@ impl<R: RawAllocator> Arena<R> {
     /// may have completed: the caller polls their events. Then the sub-arena grows.
     #[cold]
     #[inline(never)]
-    fn on_miss(&self, st: &mut State, consumer: StreamId, waited: Waited) -> Result<Miss> {
+    fn on_miss(
+        &self,
+        st: &mut State,
+        rounded: u64,
+        consumer: StreamId,
+        waited: Waited,
+    ) -> Result<Miss> {
         if waited == Waited::Nothing {
-            let others = st.hosted_waiting(consumer);
+            let others = st.hosted_holding_back(rounded, consumer);
             if !others.is_empty() {
                 return Ok(Miss::Wait(others, Waited::Polled));
             }

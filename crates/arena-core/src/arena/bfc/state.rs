@@ -133,6 +133,37 @@ impl State {
         self.hosted.waiting(consumer)
     }
 
+    /// The host streams other than `consumer` whose frees, not yet known complete, hold back
+    /// a free chunk of at least `rounded` bytes (best fits first, at most
+    /// [`MAX_POLLED_ON_MISS`]): the streams worth polling when a search misses. Polling every
+    /// host stream with incomplete frees costs an event record and query each, per miss: with
+    /// 16 threads each on its own stream sharing virtual-memory mode's one sub-arena, about
+    /// 33 us per allocation on an H200 (issue 25).
+    pub(super) fn hosted_holding_back(
+        &self,
+        rounded: u64,
+        consumer: StreamId,
+    ) -> Vec<Arc<FreeEvents>> {
+        let mut out: Vec<Arc<FreeEvents>> = Vec::new();
+        if self.hosted.is_empty() {
+            return out;
+        }
+        let class = self.pages.as_deref().map_or(0, |p| p.class_for(rounded));
+        let (chunks, hosted) = (&self.chunks, &self.hosted);
+        self.bins.best_fit_class(class, rounded, |id| {
+            let c = chunks.get(id);
+            if c.stream != consumer {
+                if let Some(e) = hosted.events(c.stream) {
+                    if !e.is_complete(c.sync_id) && !out.iter().any(|o| Arc::ptr_eq(o, e)) {
+                        out.push(e.clone());
+                    }
+                }
+            }
+            out.len() >= MAX_POLLED_ON_MISS
+        });
+        out
+    }
+
     /// Whether chunks tagged with host stream `id` are in use here.
     pub(crate) fn holds_stream(&self, id: StreamId) -> bool {
         self.hosted.holds(id)

@@ -26,7 +26,7 @@ impl<R: RawAllocator> Arena<R> {
                 Some(id) => id,
                 None => {
                     let others = if waited == Waited::Nothing {
-                        st.hosted_waiting(consumer)
+                        st.hosted_holding_back(rounded, consumer)
                     } else {
                         Vec::new()
                     };
