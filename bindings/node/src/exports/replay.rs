@@ -553,7 +553,7 @@ pub fn replay_trace_file(
             let Selected {
                 allocator,
                 kind,
-                warnings,
+                warnings: _,
             } = select().map_err(js)?;
             let streams = TraceStreams::for_trace(&parsed.ops).map_err(js)?;
             let label = format!("config {}/{} (peaks)", runs.len() + 1, total);
@@ -563,11 +563,6 @@ pub fn replay_trace_file(
                     layout: kind != SharedKind::Mempool,
                     memory_logs_at: memory_log_at.clone(),
                     check_every: (ops / 16).max(1),
-                    // The virtual-memory mode's merge rule, unless the arena fell back to
-                    // regions (the only warning a device arena's selection gives).
-                    merge_unassigned: kind == SharedKind::DeviceArena
-                        && config.use_virtual_memory
-                        && warnings.is_empty(),
                 })
             });
             let replayed = replay_with(

@@ -63,6 +63,14 @@ pub trait Allocator: Send + Sync + std::fmt::Debug {
         false
     }
 
+    /// Whether a free chunk of no stream merges with a free neighbour of a stream, which then
+    /// owns both (the arena's virtual-memory mode); otherwise only free chunks of one stream
+    /// merge (ONNX Runtime's rule). What a picture of the allocator's memory
+    /// (`trace::picture`) follows: it asks, rather than guess from a configuration.
+    fn merges_unassigned_chunks(&self) -> bool {
+        false
+    }
+
     /// Returns cached memory that is wholly free to the raw allocator.
     fn shrink(&self) -> Result<()> {
         Ok(())

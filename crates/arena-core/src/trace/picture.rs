@@ -80,9 +80,6 @@ pub struct PictureOptions {
     /// Check the followed chunks against the allocator's memory log every so many states
     /// (0: only at `memory_logs_at`).
     pub check_every: u64,
-    /// The arena merges a free chunk of no stream with a stream's free neighbour, which
-    /// then owns the whole (its virtual-memory mode); else only chunks of one stream merge.
-    pub merge_unassigned: bool,
 }
 
 /// The picture of one replay.
@@ -145,6 +142,9 @@ pub struct PictureRecorder {
     open_regions: Vec<usize>,
     /// What the last stats read said: bytes held, extensions, shrinkages.
     last: (u64, u64, u64),
+    /// The allocator merges a free chunk of no stream with a stream's free neighbour
+    /// ([`Allocator::merges_unassigned_chunks`], asked at the start).
+    merge_unassigned: bool,
 }
 
 impl PictureRecorder {
@@ -161,6 +161,7 @@ impl PictureRecorder {
             chunks: BTreeMap::new(),
             open_regions: Vec::new(),
             last: (0, 0, 0),
+            merge_unassigned: false,
         }
     }
 
@@ -392,12 +393,12 @@ impl PictureRecorder {
     }
 
     /// Whether free chunk `a` and the free chunk `b` next to it merge, as the arena merges
-    /// them: in one region, of one stream (or, with `merge_unassigned`, one of no stream).
+    /// them: in one region, of one stream (or, where the allocator says so, one of no stream).
     fn mergeable(&self, a: &Chunk, b: &Chunk) -> bool {
         !a.in_use
             && !b.in_use
             && a.region == b.region
-            && (a.tag == b.tag || self.options.merge_unassigned && (a.tag == 0 || b.tag == 0))
+            && (a.tag == b.tag || self.merge_unassigned && (a.tag == 0 || b.tag == 0))
     }
 
     /// The in-use chunk at `addr` was freed: it merges with the free chunk above, then with
@@ -438,6 +439,7 @@ impl PictureRecorder {
 
 impl ReplayObserver for PictureRecorder {
     fn start(&mut self, allocator: &dyn Allocator, streams: &TraceStreams) -> Result<()> {
+        self.merge_unassigned = allocator.merges_unassigned_chunks();
         for &(number, ref stream) in &streams.streams {
             self.ids.insert(number, stream.id());
             self.numbers.insert(stream.id(), number);
@@ -589,21 +591,11 @@ mod tests {
     /// Replays `trace` on `streams` streams with a picture whose memory logs are taken at
     /// every state; returns the picture.
     fn pictured(a: &dyn Allocator, trace: &[TraceOp], streams: usize) -> Picture {
-        pictured_with(a, trace, streams, false)
-    }
-
-    fn pictured_with(
-        a: &dyn Allocator,
-        trace: &[TraceOp],
-        streams: usize,
-        merge_unassigned: bool,
-    ) -> Picture {
         let streams: Vec<Stream> = (0..streams).map(|_| Stream::new()).collect();
         let mut rec = PictureRecorder::new(PictureOptions {
             layout: true,
             memory_logs_at: (0..=trace.len() as u64).collect(),
             check_every: 1,
-            merge_unassigned,
         });
         replay_with(
             a,
@@ -679,7 +671,7 @@ mod tests {
             let selected =
                 crate::factory::selected_allocator(&backend, crate::MemoryKind::Cuda, 0, &config)
                     .expect("allocator");
-            let p = pictured_with(&*selected.allocator, &streamed_trace(3000, 2, 8), 2, true);
+            let p = pictured(&*selected.allocator, &streamed_trace(3000, 2, 8), 2);
             assert!(
                 p.regions.iter().filter(|r| r.died.is_some()).count() > 10,
                 "extents are unmapped ({threshold:?})"
@@ -817,7 +809,6 @@ mod tests {
             layout: true,
             memory_logs_at: (0..=trace.len() as u64).collect(),
             check_every: 1,
-            merge_unassigned: false,
         }));
         replay_with(
             &a,

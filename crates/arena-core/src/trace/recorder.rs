@@ -680,6 +680,10 @@ impl<A: Allocator + ?Sized> Allocator for RecordingAllocator<A> {
         self.inner.can_shrink()
     }
 
+    fn merges_unassigned_chunks(&self) -> bool {
+        self.inner.merges_unassigned_chunks()
+    }
+
     fn shrink(&self) -> Result<()> {
         self.inner.shrink()
     }

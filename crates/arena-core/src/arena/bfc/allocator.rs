@@ -174,6 +174,11 @@ impl<R: RawAllocator> Allocator for Arena<R> {
         true
     }
 
+    fn merges_unassigned_chunks(&self) -> bool {
+        // Set with the pages (`Arena::with_virtual_memory`), for every sub-arena.
+        self.vm.is_some()
+    }
+
     fn shrink(&self) -> Result<()> {
         self.check_live()?;
         if let Some(vm) = &self.vm {
