@@ -1,0 +1,293 @@
+//! The free lists' unit tests: best fit, sets, classes, and the invariants after random use.
+
+use super::*;
+
+#[test]
+fn sets_ascend_with_size_and_each_lies_in_one_bin() {
+    use crate::bins::{bin_for_size, bin_size};
+    let mut sizes: Vec<u64> = (0..64)
+        .flat_map(|k| [1u64 << k, (1u64 << k) + (1u64 << k) / 4 * 3])
+        .collect();
+    sizes.extend([0, 255, 256, 257, 383, 384, 511, 640, 767, u64::MAX]);
+    sizes.sort_unstable();
+    for w in sizes.windows(2) {
+        assert!(
+            set_for_size(w[0]) <= set_for_size(w[1]),
+            "{} then {}",
+            w[0],
+            w[1]
+        );
+    }
+    for &size in &sizes {
+        assert!(
+            sets_of_bin(bin_for_size(size)).contains(&set_for_size(size)),
+            "{size}"
+        );
+    }
+    // Thirty-two sets per bin below the last: from bin 5 (8 KiB) on, chunk sizes
+    // (multiples of 256) of a bin fall in sets of their own, 256 bytes apart; below,
+    // fewer sizes spread over the bin's sets.
+    let firsts: Vec<usize> = (0..=32).map(|i| set_for_size(8192 + 256 * i)).collect();
+    assert_eq!(firsts, (160..=192).collect::<Vec<_>>());
+    assert_eq!(
+        [1024, 1280, 1536, 1792, 2048].map(set_for_size),
+        [64, 72, 80, 88, 96]
+    );
+    assert_eq!(set_for_size(bin_size(20)), 640);
+    assert_eq!(set_for_size(u64::MAX), SETS - 1);
+}
+
+#[test]
+fn bin_ids_lists_a_bin_in_size_then_address_order_across_its_sets() {
+    let mut f = FreeBins::new();
+    for (id, size, addr) in [
+        (0, 4096 + 3072, 0x1000u64),
+        (1, 4096, 0x9000),
+        (2, 4096 + 1024, 0x2000),
+        (3, 4096, 0x3000),
+    ] {
+        f.insert(id, size, addr);
+    }
+    assert_eq!(f.bin_ids(4), vec![3, 1, 2, 0]);
+}
+
+#[test]
+fn best_fit_takes_the_smallest_adequate_chunk() {
+    let mut f = FreeBins::new();
+    f.insert(0, 4096, 0x10000);
+    f.insert(1, 1024, 0x20000);
+    f.insert(2, 2048, 0x30000);
+    assert_eq!(f.best_fit(1500, |_| true), Some(2));
+    assert_eq!(f.best_fit(1024, |_| true), Some(1));
+    assert_eq!(f.best_fit(4000, |_| true), Some(0));
+    assert_eq!(f.best_fit(4097, |_| true), None);
+}
+
+#[test]
+fn equal_sizes_go_to_the_lowest_address() {
+    let mut f = FreeBins::new();
+    for (id, addr) in [(0, 0x5000u64), (1, 0x1000), (2, 0x3000)] {
+        f.insert(id, 512, addr);
+    }
+    assert_eq!(f.best_fit(256, |_| true), Some(1));
+    assert_eq!(f.best_fit(256, |id| id != 1), Some(2));
+}
+
+#[test]
+fn rejected_chunks_are_skipped_across_bins() {
+    let mut f = FreeBins::new();
+    f.insert(0, 256, 0);
+    f.insert(1, 1 << 20, 0x1000);
+    assert_eq!(f.best_fit(256, |id| id == 1), Some(1));
+    assert_eq!(f.best_fit(256, |_| false), None);
+}
+
+#[test]
+fn chunks_below_the_size_in_the_start_bin_are_skipped() {
+    let mut f = FreeBins::new();
+    f.insert(0, 4096 + 256, 0);
+    f.insert(1, 4096 + 1024, 0x10000);
+    assert_eq!(f.best_fit(4096 + 512, |_| true), Some(1));
+}
+
+#[test]
+fn a_search_sees_only_the_chunks_of_its_class() {
+    let mut f = FreeBins::new();
+    f.insert_class(0, 1024, 0x1000, 1);
+    f.insert_class(1, 2048, 0x2000, 0);
+    assert_eq!(f.best_fit_class(0, 512, |_| true), Some(1));
+    assert_eq!(f.best_fit_class(1, 512, |_| true), Some(0));
+    assert_eq!(f.best_fit_class(1, 1500, |_| true), None);
+    f.check().expect("consistent");
+}
+
+#[test]
+fn best_fit_any_takes_the_smallest_adequate_chunk_of_any_class() {
+    let mut f = FreeBins::new();
+    f.insert_class(0, 4096, 0x1000, 0);
+    f.insert_class(1, 2048, 0x9000, 1);
+    f.insert_class(2, 2048, 0x5000, 0);
+    assert_eq!(f.best_fit_any(1024, |_| true), Some(2));
+    assert_eq!(f.best_fit_any(1024, |id| id != 2), Some(1));
+    assert_eq!(f.best_fit_any(3000, |_| true), Some(0));
+}
+
+#[test]
+fn a_chunk_keeps_its_class_when_rekeyed_or_replaced() {
+    let mut f = FreeBins::new();
+    f.insert_class(0, 1024, 0x1000, 1);
+    f.insert_class(5, 1024, 0x8000, 1);
+    f.rekey(0, 1 << 20, 0x1000);
+    f.replace(5, 6, 512, 0x8200);
+    f.check().expect("consistent");
+    assert_eq!((f.class_of(0), f.class_of(6)), (1, 1));
+    assert_eq!(f.best_fit_class(0, 256, |_| true), None);
+    assert_eq!(f.best_fit_class(1, 256, |_| true), Some(6));
+}
+
+#[test]
+fn random_rekeys_and_replacements_keep_the_order_and_the_best_fit() {
+    let mut f = FreeBins::new();
+    // Chunk id -> its key, for the brute-force answer.
+    let mut live: Vec<(u32, u64, u64)> = Vec::new();
+    let mut seed = 777u64;
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let mut fresh = 0u32;
+    for _ in 0..5000 {
+        // Small size steps, so keys often stay between their neighbours (in place) and
+        // sometimes pass them (moved).
+        let size = 256 * (1 + next() % 64);
+        let addr = (next() % (1 << 30)) << 8;
+        if live.len() < 50 || next() % 4 == 0 {
+            f.insert(fresh, size, addr);
+            live.push((fresh, size, addr));
+            fresh += 1;
+            continue;
+        }
+        let k = (next() as usize) % live.len();
+        let (id, old_size, old_addr) = live[k];
+        let (size, addr) = match next() % 3 {
+            0 => (old_size + 256, old_addr),
+            1 => (old_size.saturating_sub(256).max(256), old_addr + 256),
+            _ => (size, addr),
+        };
+        if live.iter().any(|&(_, _, a)| a == addr) && addr != old_addr {
+            continue;
+        }
+        if next() % 2 == 0 {
+            f.rekey(id, size, addr);
+            live[k] = (id, size, addr);
+        } else {
+            f.replace(id, fresh, size, addr);
+            live[k] = (fresh, size, addr);
+            fresh += 1;
+        }
+    }
+    f.check().expect("consistent");
+    assert_eq!(f.len(), live.len());
+    for min in [256, 4096, 10_000, 16_384] {
+        let want = live
+            .iter()
+            .filter(|k| k.1 >= min)
+            .min_by_key(|k| (k.1, k.2))
+            .map(|k| k.0);
+        assert_eq!(f.best_fit(min, |_| true), want);
+    }
+}
+
+#[test]
+fn find_any_sees_every_chunk_of_every_class_and_stops_at_the_first_taken() {
+    let mut f = FreeBins::new();
+    let chunks = [
+        (0u32, 256u64, 0x1000u64, 0u8),
+        (1, 1 << 20, 0x2000, 1),
+        (2, 1 << 40, 0x3000, 0),
+    ];
+    for (id, size, addr, class) in chunks {
+        f.insert_class(id, size, addr, class);
+    }
+    let mut seen = Vec::new();
+    assert_eq!(
+        f.find_any(|id| {
+            seen.push(id);
+            false
+        }),
+        None
+    );
+    seen.sort_unstable();
+    assert_eq!(seen, [0, 1, 2]);
+    // Whichever order it visits in, it asks nothing after the first yes.
+    let mut asked = Vec::new();
+    assert_eq!(
+        f.find_any(|id| {
+            asked.push(id);
+            id == 0
+        }),
+        Some(0)
+    );
+    assert_eq!(asked.last(), Some(&0), "asked {asked:?}");
+    assert_eq!(FreeBins::new().find_any(|_| true), None);
+}
+
+#[test]
+fn the_next_non_empty_set_is_found_across_bitmap_words() {
+    // The smallest size of set `f` (from bin 5 on, where every set has sizes of its own):
+    // its power of two and its 32nd within it.
+    let first_size = |f: usize| -> u64 {
+        let (log2, sub) = (f / SUB, (f % SUB) as u64);
+        (256u64 << log2) + ((256u64 << log2) / SUB as u64) * sub
+    };
+    let mut f = FreeBins::new();
+    // Sets at both sides of every word boundary the searches below cross, and the last.
+    let sets = [191usize, 192, 255, 256, 319, 320, SETS - 1];
+    for (id, &set) in sets.iter().enumerate() {
+        let size = if set == SETS - 1 {
+            !255u64
+        } else {
+            first_size(set)
+        };
+        assert_eq!(set_for_size(size), set, "size {size}");
+        f.insert(id as u32, size, 0x1000 * id as u64);
+    }
+    f.check().expect("consistent");
+    for (id, &set) in sets.iter().enumerate() {
+        let size = f.key(id as u32).0;
+        // Just above a chunk's size, the next chunk up is the fit, whatever word it is in.
+        if let Some(above) = size.checked_add(256) {
+            let want = (id + 1 < sets.len()).then_some(id as u32 + 1);
+            assert_eq!(f.best_fit(above, |_| true), want, "from set {set}");
+        }
+        assert_eq!(f.best_fit(size, |_| true), Some(id as u32), "at set {set}");
+    }
+    // Emptying a word's only set clears its bit: the search skips the whole word.
+    assert!(f.remove(2) && f.remove(3));
+    assert_eq!(f.best_fit(f.key(1).0 + 256, |_| true), Some(4));
+    f.check().expect("consistent");
+}
+
+#[test]
+fn remove_unlinks_and_reports_absence() {
+    let mut f = FreeBins::new();
+    f.insert(3, 256, 0);
+    assert!(f.remove(3));
+    assert!(!f.remove(3));
+    assert!(f.is_empty());
+    assert_eq!(f.best_fit(256, |_| true), None);
+    f.check().expect("consistent");
+}
+
+#[test]
+fn many_random_inserts_and_removes_keep_the_structure_sound() {
+    let mut f = FreeBins::new();
+    let mut live = Vec::new();
+    let mut seed = 12345u64;
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for id in 0..2000u32 {
+        if next() % 3 == 0 && !live.is_empty() {
+            let k = (next() as usize) % live.len();
+            let gone: u32 = live.swap_remove(k);
+            assert!(f.remove(gone));
+        }
+        let size = 256 * (1 + next() % 4096);
+        f.insert(id, size, u64::from(id) * 0x100_0000);
+        live.push(id);
+    }
+    f.check().expect("consistent");
+    assert_eq!(f.len(), live.len());
+    let want = live
+        .iter()
+        .map(|&id| (f.key(id).0, f.key(id).1, id))
+        .filter(|k| k.0 >= 300_000)
+        .min();
+    assert_eq!(f.best_fit(300_000, |_| true), want.map(|k| k.2));
+}
