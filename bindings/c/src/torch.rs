@@ -6,7 +6,7 @@
 //! device allocator (the one `cuda_arena_create("cuda", "Cuda", d, ...)` joins too).
 //!
 //! Configuration comes from the environment, read once at the first call: `CUDA_ARENA_CONF`
-//! (`arena.*` pairs, see `cuda_arena_core::env_config`) and, for tests only,
+//! (`arena.*` pairs, see `cuda_arena_core::devices::env_config`) and, for tests only,
 //! `CUDA_ARENA_TORCH_BACKEND` (`host` or `virtual` instead of `cuda`). A bad value is reported
 //! on stderr once, naming the key; every allocation then fails (NULL, last error
 //! `CUDA_ARENA_ERR_OUT_OF_MEMORY` with a message naming the key) rather than running with
@@ -16,7 +16,7 @@
 
 use crate::codes::*;
 use crate::handle::{cuda_arena_stats, guard, invalid, named_factory_for};
-use cuda_arena_core::env_config::describe_env_error;
+use cuda_arena_core::devices::env_config::describe_env_error;
 use cuda_arena_core::{env_config, ArenaConfig, ArenaError, Factory, PluggableDevice, ENV_CONF};
 use parking_lot::Mutex;
 use std::ffi::{c_int, c_void};

@@ -4,7 +4,7 @@
 //! writer thread must be gone and nothing leaked once the recording stops).
 
 use cuda_arena_core::trace::replay;
-use cuda_arena_core::trace_format::parse_trace_bytes;
+use cuda_arena_core::trace::trace_format::parse_trace_bytes;
 use cuda_arena_core::{Arena, ArenaConfig, VirtualAllocator};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -2,7 +2,7 @@
 //! the time it took; for measuring the reader:
 //! `cargo run --release -p cuda-arena-core --example torch_snapshot -- snapshot.pickle [device]`
 //! (`/usr/bin/time -v` around it gives the memory).
-use cuda_arena_core::torch_snapshot::read_snapshot_from;
+use cuda_arena_core::trace::torch_snapshot::read_snapshot_from;
 
 fn main() -> Result<(), String> {
     let mut args = std::env::args().skip(1);

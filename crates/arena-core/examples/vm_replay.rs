@@ -16,8 +16,8 @@
 //! `WARM=vm` (or `WARM=region`), replays one pass in that mode and then `PASSES` (default 1)
 //! warm ones in `warm_passes`, for profilers (`valgrind --tool=callgrind
 //! --toggle-collect='*warm_passes*'` counts the warm passes alone).
+use cuda_arena_core::trace::trace_format::parse_trace_bytes;
 use cuda_arena_core::trace::{replay, TraceOp};
-use cuda_arena_core::trace_format::parse_trace_bytes;
 use cuda_arena_core::{
     Allocator, Arena, ArenaConfig, RawAllocator, Stream, VirtualAllocator, VirtualMemory,
 };
@@ -66,8 +66,8 @@ fn load(name: &str) -> Result<Vec<TraceOp>, String> {
     if name.ends_with(".trc") {
         return read_trc(&bytes);
     }
-    if cuda_arena_core::torch_snapshot::looks_like_pickle(&bytes) {
-        let t = cuda_arena_core::torch_snapshot::read_snapshot(&bytes, None)
+    if cuda_arena_core::trace::torch_snapshot::looks_like_pickle(&bytes) {
+        let t = cuda_arena_core::trace::torch_snapshot::read_snapshot(&bytes, None)
             .map_err(|e| format!("{name}: {e}"))?;
         return Ok(t.ops);
     }

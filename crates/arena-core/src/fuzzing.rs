@@ -10,13 +10,13 @@ mod ops;
 
 pub use ops::{arena_ops, decode_ops, run_ops, Backend, Kind, Op, OpsTally, Setup, STREAMS};
 
-use crate::config::{keys, nearest_key, nearest_typed_key, ArenaConfig};
-use crate::error::ArenaError;
-use crate::namespaces::{env_arena_options, session_arena_options};
-use crate::trace_format::{
+use crate::devices::namespaces::{env_arena_options, session_arena_options};
+use crate::trace::trace_format::{
     format_trace, parse_trace_bytes, parse_trace_reader, ParsedTrace, TraceLineError,
     MAX_SKIPPED_KEPT, MAX_TRACE_LINES,
 };
+use crate::types::config::{keys, nearest_key, nearest_typed_key, ArenaConfig};
+use crate::types::error::ArenaError;
 
 /// The longest message an error about a caller's text may have. Messages quote at most 80
 /// characters of a key or value, counted after escaping (40 in traces). (Before that was so,

@@ -1,6 +1,6 @@
 //! `ArenaConfig` parsing: ORT's keys and defaults, and DESIGN decision 2's strictness.
 
-use cuda_arena_core::config::{keys, nearest_key};
+use cuda_arena_core::types::config::{keys, nearest_key};
 use cuda_arena_core::{ArenaConfig, ArenaError, ExtendStrategy};
 
 fn parse(key: &str, value: &str) -> Result<ArenaConfig, ArenaError> {

@@ -4,8 +4,8 @@
 mod common;
 
 use common::{alloc, code, config, virtual_arena, KIB, MIB};
+use cuda_arena_core::trace::trace_format::parse_trace_bytes;
 use cuda_arena_core::trace::{replay, replay_observed, TraceStreams};
-use cuda_arena_core::trace_format::parse_trace_bytes;
 use cuda_arena_core::{
     Allocator, AllocatorType, Factory, MemoryInfo, MemoryKind, Recorder, RecordingAllocator,
     RecordingSummary, SimBackend, SimKind, Stream,

@@ -5,7 +5,7 @@
 //! snapshot written by CPython's own pickler (`scripts/gpu/make_snapshot.py --synthetic`); a
 //! real one can be checked with `CUDA_ARENA_TORCH_SNAPSHOT=path cargo test --test torch_snapshot`.
 
-use cuda_arena_core::torch_snapshot::{
+use cuda_arena_core::trace::torch_snapshot::{
     decode_snapshot, looks_like_pickle, read_snapshot, read_snapshot_from, SnapshotError,
     SnapshotReport, MAX_OPEN_MARKS, MAX_PENDING_VALUES, MAX_SNAPSHOT_BYTES,
 };

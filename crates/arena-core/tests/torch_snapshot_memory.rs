@@ -4,7 +4,7 @@
 //! bytes of the operations read. (Before the reader was its own, a snapshot padded with 40 MB
 //! of `None`s took 1.3 GB: 65 bytes per byte of file.)
 
-use cuda_arena_core::torch_snapshot::read_snapshot_from;
+use cuda_arena_core::trace::torch_snapshot::read_snapshot_from;
 use cuda_arena_core::trace::TraceOp;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::{BufReader, Cursor, Read};

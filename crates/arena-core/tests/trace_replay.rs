@@ -2,7 +2,7 @@
 
 mod common;
 use common::*;
-use cuda_arena_core::factory::selected_allocator;
+use cuda_arena_core::devices::factory::selected_allocator;
 use cuda_arena_core::trace::{
     mixed_trace, replay, replay_observed, TraceOp, TraceStreams, MAX_TRACE_STREAMS,
 };

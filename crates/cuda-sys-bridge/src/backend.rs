@@ -6,7 +6,7 @@ use crate::events::CudaEvents;
 use crate::pool::CudaPoolAllocator;
 use crate::raw::{device_stats, CudaRawAllocator, Ledger};
 use crate::stream::CudaStream;
-use cuda_arena_core::backend::{SharedRaw, SharedVm};
+use cuda_arena_core::devices::backend::{SharedRaw, SharedVm};
 use cuda_arena_core::{
     Allocator, ArenaConfig, ArenaError, Backend, HostAllocator, MemoryKind, RawStats, Result,
     StreamEvents,

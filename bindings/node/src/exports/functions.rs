@@ -53,9 +53,9 @@ pub fn parse_arena_config(keys: Vec<String>, values: Vec<String>) -> Result<Vec<
 #[napi(catch_unwind)]
 pub fn nearest_config_key(key: String, typed: bool) -> String {
     if typed {
-        cuda_arena_core::config::nearest_typed_key(&key)
+        cuda_arena_core::types::config::nearest_typed_key(&key)
     } else {
-        cuda_arena_core::config::nearest_key(&key)
+        cuda_arena_core::types::config::nearest_key(&key)
     }
     .to_string()
 }
@@ -63,7 +63,7 @@ pub fn nearest_config_key(key: String, typed: bool) -> String {
 /// Every typed config field with its raw key, `[typed, raw]`, in documentation order.
 #[napi(catch_unwind)]
 pub fn typed_config_keys() -> Vec<Vec<String>> {
-    cuda_arena_core::config::keys::TYPED
+    cuda_arena_core::types::config::keys::TYPED
         .iter()
         .map(|(typed, raw)| vec![typed.to_string(), raw.to_string()])
         .collect()

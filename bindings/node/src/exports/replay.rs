@@ -6,17 +6,17 @@
 
 use crate::allocator::NativeAllocator;
 use crate::error::{invalid, js, Result};
-use cuda_arena_core::factory::{selected_allocator, Selected};
-use cuda_arena_core::torch_snapshot::{
+use cuda_arena_core::devices::factory::{selected_allocator, Selected};
+use cuda_arena_core::trace::picture::{Picture, PictureOptions, PictureRecorder};
+use cuda_arena_core::trace::torch_snapshot::{
     looks_like_pickle, read_snapshot_from, SnapshotError, SnapshotReport, MAX_SNAPSHOT_BYTES,
 };
-use cuda_arena_core::trace::picture::{Picture, PictureOptions, PictureRecorder};
+use cuda_arena_core::trace::trace_format::{
+    parse_trace_reader, write_trace, ParsedTrace, MAX_TRACE_LINES,
+};
 use cuda_arena_core::trace::{
     mixed_trace, named_trace, replay_observed, replay_with, ReplayOptions, ReplayReport, TraceOp,
     TraceStreams, MAX_TRACE_STREAMS,
-};
-use cuda_arena_core::trace_format::{
-    parse_trace_reader, write_trace, ParsedTrace, MAX_TRACE_LINES,
 };
 use cuda_arena_core::{ArenaConfig, Backend, MemoryKind, SharedKind, SimBackend, SimKind};
 use napi::bindgen_prelude::{BigUint64Array, Float64Array};
@@ -350,7 +350,7 @@ pub struct JsFileReplays {
     pub snapshot: Option<JsSnapshotReport>,
 }
 
-/// What reading a PyTorch memory snapshot did (`cuda_arena_core::torch_snapshot`).
+/// What reading a PyTorch memory snapshot did (`cuda_arena_core::trace::torch_snapshot`).
 #[napi(object)]
 pub struct JsSnapshotReport {
     /// The device replayed.

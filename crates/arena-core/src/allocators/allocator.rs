@@ -1,14 +1,14 @@
 //! The `Allocator` trait, ONNX Runtime's `OrtAllocator` shape, and [`PlainAllocator`], the
 //! arena-less allocator used for read-only (initializer) memory.
 
-use crate::error::{ArenaError, Result};
-use crate::live_blocks::LiveBlocks;
-use crate::memory_info::MemoryInfo;
-use crate::memory_log::MemoryLog;
+use crate::arena::live_blocks::LiveBlocks;
 use crate::raw::RawAllocator;
-use crate::recorder::RecordingSummary;
-use crate::stats::AllocatorStats;
-use crate::stream::Stream;
+use crate::streams::stream::Stream;
+use crate::trace::recorder::RecordingSummary;
+use crate::types::error::{ArenaError, Result};
+use crate::types::memory_info::MemoryInfo;
+use crate::types::memory_log::MemoryLog;
+use crate::types::stats::AllocatorStats;
 use parking_lot::Mutex;
 
 /// The `OrtAllocator` version whose shape this trait follows (it has `Shrink`).

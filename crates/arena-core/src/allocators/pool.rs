@@ -7,15 +7,15 @@
 //! stream's blocks lose their tag (the state is shared with the stream through a weak
 //! reference, as the arena's is).
 
-use crate::allocator::{retired, Allocator};
-use crate::config::ArenaConfig;
-use crate::error::Result;
-use crate::live_blocks::LiveBlocks;
-use crate::memory_info::MemoryInfo;
-use crate::memory_log::MemoryLog;
+use crate::allocators::allocator::{retired, Allocator};
+use crate::arena::live_blocks::LiveBlocks;
 use crate::raw::RawAllocator;
-use crate::stats::AllocatorStats;
-use crate::stream::{Stream, StreamId, StreamUser};
+use crate::streams::stream::{Stream, StreamId, StreamUser};
+use crate::types::config::ArenaConfig;
+use crate::types::error::Result;
+use crate::types::memory_info::MemoryInfo;
+use crate::types::memory_log::MemoryLog;
+use crate::types::stats::AllocatorStats;
 use parking_lot::Mutex;
 use std::sync::Arc;
 

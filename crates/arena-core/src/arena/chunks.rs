@@ -1,7 +1,7 @@
 //! Chunks: contiguous pieces of a region, free or handed out, in a slab indexed by id.
 
-use crate::free_list::NIL;
-use crate::stream::StreamId;
+use crate::arena::free_list::NIL;
+use crate::streams::stream::StreamId;
 
 /// One piece of a region. Chunks of a region tile it exactly, linked in address order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

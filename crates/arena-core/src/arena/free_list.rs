@@ -20,7 +20,7 @@
 //! five times as often with one set per bin). A bitmap of non-empty sets, a word per 64,
 //! finds the next candidate set.
 
-use crate::bins::NUM_BINS;
+use crate::arena::bins::NUM_BINS;
 
 /// "No chunk".
 pub const NIL: u32 = u32::MAX;
@@ -53,7 +53,7 @@ const SLOTS: usize = CLASSES * SETS;
 /// `min(f / 32, 20)`.
 #[inline(always)]
 fn set_for_size(size: u64) -> usize {
-    let v = (size >> crate::bins::MIN_ALLOCATION_BITS).max(1);
+    let v = (size >> crate::arena::bins::MIN_ALLOCATION_BITS).max(1);
     let log2 = 63 - v.leading_zeros() as usize;
     // The SUB_BITS bits below the leading one (zeros shifted in for small v); v < 2^56, so
     // shifting left first loses nothing and needs no branch.

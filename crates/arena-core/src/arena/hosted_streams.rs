@@ -6,8 +6,8 @@
 //!
 //! Kept sorted by stream id: the common path looks a stream up by binary search.
 
-use crate::stream::StreamId;
-use crate::stream_events::FreeEvents;
+use crate::streams::stream::StreamId;
+use crate::streams::stream_events::FreeEvents;
 use std::sync::Arc;
 
 /// One host stream with events and its chunks in use in this sub-arena.
@@ -148,7 +148,7 @@ impl HostedStreams {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stream_events::SimEvents;
+    use crate::streams::stream_events::SimEvents;
 
     fn events() -> Arc<FreeEvents> {
         Arc::new(FreeEvents::new(SimEvents::new(), 7))

@@ -4,11 +4,11 @@
 //! all of them report a foreign pointer or an out-of-range copy with the same code and words.
 //! The arena keeps its own chunk table instead.
 
-use crate::addr_map::AddrMap;
-use crate::allocator::{out_of_range, range_inside};
-use crate::error::{ArenaError, Result};
-use crate::memory_log::MemoryLog;
-use crate::stats::AllocatorStats;
+use crate::allocators::allocator::{out_of_range, range_inside};
+use crate::arena::addr_map::AddrMap;
+use crate::types::error::{ArenaError, Result};
+use crate::types::memory_log::MemoryLog;
+use crate::types::stats::AllocatorStats;
 
 /// Live blocks of one allocator; see the module docs.
 #[derive(Debug)]

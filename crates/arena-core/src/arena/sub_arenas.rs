@@ -32,16 +32,16 @@
 //! holder), then a stream's clock; the directory's lock is taken alone or last. A thread holding a
 //! sub-arena lock never blocks on the global lock.
 
+use crate::arena::directory::Directory;
+use crate::arena::in_use_quota::{self, Admit, HasLedger, Ledger, Metered};
+use crate::arena::lock::{ArenaGuard, ArenaLock};
+use crate::arena::thread_slot;
 use crate::arena::State;
-use crate::config::ArenaConfig;
-use crate::directory::Directory;
-use crate::error::{ArenaError, Result};
-use crate::in_use_quota::{self, Admit, HasLedger, Ledger, Metered};
-use crate::lock::{ArenaGuard, ArenaLock};
 use crate::raw::{RawAllocator, VirtualMemory};
-use crate::stream::{StreamId, StreamUser};
-use crate::stream_events::FreeEvents;
-use crate::thread_slot;
+use crate::streams::stream::{StreamId, StreamUser};
+use crate::streams::stream_events::FreeEvents;
+use crate::types::config::ArenaConfig;
+use crate::types::error::{ArenaError, Result};
 use parking_lot::{Mutex, MutexGuard};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};

@@ -2,16 +2,16 @@
 //! `host` and `virtual` backends of simulated devices. `cuda-sys-bridge` implements the
 //! trait for real GPUs.
 
-use crate::allocator::Allocator;
-use crate::config::ArenaConfig;
-use crate::error::{ArenaError, Result};
-use crate::memory_info::{MemoryInfo, MemoryKind};
-use crate::pool::PoolAllocator;
+use crate::allocators::allocator::Allocator;
+use crate::allocators::pool::PoolAllocator;
 use crate::raw::{
     DeviceLimits, HostAllocator, RawAllocator, RawStats, VirtualAllocator, VirtualMemory,
     DEFAULT_HOST_TOTAL_MEMORY, DEFAULT_VIRTUAL_TOTAL_MEMORY,
 };
-use crate::stream_events::StreamEvents;
+use crate::streams::stream_events::StreamEvents;
+use crate::types::config::ArenaConfig;
+use crate::types::error::{ArenaError, Result};
+use crate::types::memory_info::{MemoryInfo, MemoryKind};
 use std::sync::Arc;
 
 /// A shareable raw allocator.

@@ -7,8 +7,8 @@
 //! [`ArenaConfig::from_pairs`]. Every rejection names the entry or key and says why; nothing
 //! falls back to a default. The empty string means the defaults.
 
-use crate::config::{nearest_key, ArenaConfig};
-use crate::error::{bounded, ArenaError, Result};
+use crate::types::config::{nearest_key, ArenaConfig};
+use crate::types::error::{bounded, ArenaError, Result};
 
 /// The environment variable's name.
 pub const ENV_CONF: &str = "CUDA_ARENA_CONF";
@@ -93,7 +93,7 @@ pub fn describe_env_error(e: &ArenaError) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::ExtendStrategy;
+    use crate::types::config::ExtendStrategy;
 
     /// The key an error names, or a panic naming what was accepted.
     fn refused(conf: &str) -> (String, String) {

@@ -17,14 +17,14 @@
 //!   frees its cache and retries, then fails as out of memory. `arena.max_mem` still applies;
 //!   the lower of the two binds.
 
-use crate::allocator::Allocator;
-use crate::config::ArenaConfig;
-use crate::error::{ArenaError, Result};
-use crate::factory::Factory;
-use crate::foreign_streams::ForeignStreams;
-use crate::memory_info::{MemoryInfo, MemoryKind};
-use crate::stats::AllocatorStats;
-use crate::stream_events::{StreamEvents, LEGACY_STREAM};
+use crate::allocators::allocator::Allocator;
+use crate::devices::factory::Factory;
+use crate::streams::foreign_streams::ForeignStreams;
+use crate::streams::stream_events::{StreamEvents, LEGACY_STREAM};
+use crate::types::config::ArenaConfig;
+use crate::types::error::{ArenaError, Result};
+use crate::types::memory_info::{MemoryInfo, MemoryKind};
+use crate::types::stats::AllocatorStats;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -251,9 +251,9 @@ impl Drop for PluggableDevice {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::{SimBackend, SimKind};
+    use crate::devices::backend::{SimBackend, SimKind};
     use crate::raw::DeviceLimits;
-    use crate::stream_events::SimEvents;
+    use crate::streams::stream_events::SimEvents;
 
     const MIB: u64 = 1 << 20;
 

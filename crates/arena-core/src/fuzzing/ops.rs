@@ -8,7 +8,7 @@
 //! of live allocations survive the unmapping of the pages around them.
 
 use super::Bytes;
-use crate::bins::round_up_256;
+use crate::arena::bins::round_up_256;
 use crate::{
     Allocator, AllocatorStats, Arena, ArenaConfig, ArenaError, DeviceLimits, HostAllocator,
     MemoryLog, PlainAllocator, PoolAllocator, RawAllocator, Stream, VirtualAllocator,

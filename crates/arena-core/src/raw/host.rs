@@ -11,8 +11,8 @@
 use super::ledger::Ledger;
 use super::vm::{Reservations, VirtualMemory};
 use super::{DeviceLimits, RawAllocator, RawStats, DEFAULT_HOST_TOTAL_MEMORY};
-use crate::error::{ArenaError, Result};
-use crate::memory_info::{MemoryInfo, MemoryKind};
+use crate::types::error::{ArenaError, Result};
+use crate::types::memory_info::{MemoryInfo, MemoryKind};
 use parking_lot::Mutex;
 use std::alloc::{alloc, dealloc, Layout};
 use std::sync::Arc;
@@ -279,7 +279,7 @@ impl VirtualMemory for HostVm {
 
 /// The system calls of the virtual-memory form, through `libc`.
 mod os {
-    use crate::error::{ArenaError, Result};
+    use crate::types::error::{ArenaError, Result};
 
     /// The system's page size: the mapping granularity.
     pub(super) fn page_size() -> u64 {

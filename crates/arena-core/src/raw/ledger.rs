@@ -1,7 +1,7 @@
 //! Bookkeeping shared by the simulated backends: limits, live blocks and counters.
 
 use super::{DeviceLimits, RawStats};
-use crate::error::{ArenaError, Result};
+use crate::types::error::{ArenaError, Result};
 use std::collections::HashMap;
 
 #[derive(Debug)]

@@ -16,8 +16,8 @@ pub use host::{HostAllocator, HostVm};
 pub use r#virtual::{VirtualAllocator, VirtualVm, DEFAULT_VIRTUAL_GRANULARITY};
 pub use vm::{Reservations, VirtualMemory};
 
-use crate::error::{ArenaError, Result};
-use crate::memory_info::MemoryInfo;
+use crate::types::error::{ArenaError, Result};
+use crate::types::memory_info::MemoryInfo;
 
 /// Default simulated device size of the `host` backend: 4 GiB.
 pub const DEFAULT_HOST_TOTAL_MEMORY: u64 = 4 << 30;

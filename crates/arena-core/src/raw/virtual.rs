@@ -6,8 +6,8 @@
 use super::ledger::Ledger;
 use super::vm::{Reservations, VirtualMemory};
 use super::{DeviceLimits, RawAllocator, RawStats, DEFAULT_VIRTUAL_TOTAL_MEMORY};
-use crate::error::{ArenaError, Result};
-use crate::memory_info::{MemoryInfo, MemoryKind};
+use crate::types::error::{ArenaError, Result};
+use crate::types::memory_info::{MemoryInfo, MemoryKind};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};

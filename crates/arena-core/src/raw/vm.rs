@@ -9,8 +9,8 @@
 //! that is not mapped or of part of what one map call mapped, a release of a range with
 //! memory in it) is refused and changes nothing, as a driver would refuse it.
 
-use crate::error::{ArenaError, Result};
-use crate::memory_info::MemoryInfo;
+use crate::types::error::{ArenaError, Result};
+use crate::types::memory_info::MemoryInfo;
 use std::collections::BTreeMap;
 
 /// Reserved address ranges whose pages are backed with memory on demand. Implementations

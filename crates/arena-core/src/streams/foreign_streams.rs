@@ -30,9 +30,9 @@
 //! with other threads; an epoch, bumped whenever a handle is forgotten or replaced, tells it when
 //! what it remembers may be stale.
 
-use crate::error::{ArenaError, Result};
-use crate::stream::{Stream, StreamId, WeakStream};
-use crate::stream_events::StreamEvents;
+use crate::streams::stream::{Stream, StreamId, WeakStream};
+use crate::streams::stream_events::StreamEvents;
+use crate::types::error::{ArenaError, Result};
 use parking_lot::Mutex;
 use parking_lot::RwLock;
 use std::cell::RefCell;
@@ -450,7 +450,7 @@ impl ForeignStreams {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stream::{StreamId, StreamUser};
+    use crate::streams::stream::{StreamId, StreamUser};
     use std::sync::atomic::AtomicUsize;
 
     #[derive(Default)]

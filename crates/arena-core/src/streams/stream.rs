@@ -23,7 +23,7 @@
 //! chunk freed on it comes free for other streams once an event recorded on it after the free
 //! has completed (see `stream_events.rs`).
 
-use crate::stream_events::{FreeEvents, StreamEvents};
+use crate::streams::stream_events::{FreeEvents, StreamEvents};
 use parking_lot::{Mutex, MutexGuard};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};

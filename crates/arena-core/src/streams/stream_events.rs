@@ -26,7 +26,7 @@
 //! [`StreamEvents`] is what a backend supplies: pooled `CUevent`s on `cuda`
 //! (`cuda-sys-bridge`), [`SimEvents`] for tests, whose streams finish when a test says so.
 
-use crate::error::{ArenaError, Result};
+use crate::types::error::{ArenaError, Result};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

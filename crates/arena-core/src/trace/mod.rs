@@ -4,9 +4,9 @@
 //! operations, the JSON-lines format of the `cuda-arena replay` command. Ids are the trace's
 //! own names for allocations.
 
-use crate::allocator::Allocator;
-use crate::error::{ArenaError, Result};
-use crate::stream::{Stream, StreamId};
+use crate::allocators::allocator::Allocator;
+use crate::streams::stream::{Stream, StreamId};
+use crate::types::error::{ArenaError, Result};
 use std::time::Instant;
 
 pub mod picture;

@@ -12,10 +12,10 @@
 //! counted and the mirror is read again from the allocator.
 
 use super::{ReplayObserver, Replayed, TraceStreams};
-use crate::allocator::Allocator;
-use crate::error::Result;
-use crate::memory_log::MemoryLog;
-use crate::stream::StreamId;
+use crate::allocators::allocator::Allocator;
+use crate::streams::stream::StreamId;
+use crate::types::error::Result;
+use crate::types::memory_log::MemoryLog;
 use std::collections::{BTreeMap, HashMap};
 
 /// One allocation (or reserve) of the trace, in trace order.
@@ -668,9 +668,13 @@ mod tests {
             pairs.extend(threshold.map(|t| ("arena.vm_unmap_threshold_bytes", t)));
             let config = ArenaConfig::from_pairs(pairs).expect("config");
             let backend = crate::SimBackend::new(crate::SimKind::Virtual, &[]);
-            let selected =
-                crate::factory::selected_allocator(&backend, crate::MemoryKind::Cuda, 0, &config)
-                    .expect("allocator");
+            let selected = crate::devices::factory::selected_allocator(
+                &backend,
+                crate::MemoryKind::Cuda,
+                0,
+                &config,
+            )
+            .expect("allocator");
             let p = pictured(&*selected.allocator, &streamed_trace(3000, 2, 8), 2);
             assert!(
                 p.regions.iter().filter(|r| r.died.is_some()).count() > 10,

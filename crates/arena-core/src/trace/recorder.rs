@@ -28,14 +28,14 @@
 //! written, the reason is kept for [`RecordingAllocator::stop_recording`], and allocations go
 //! on unaffected.
 
-use crate::allocator::{retired, Allocator};
-use crate::error::{ArenaError, Result};
-use crate::memory_info::MemoryInfo;
-use crate::memory_log::MemoryLog;
-use crate::stats::AllocatorStats;
-use crate::stream::{Stream, StreamId, StreamUser};
+use crate::allocators::allocator::{retired, Allocator};
+use crate::streams::stream::{Stream, StreamId, StreamUser};
+use crate::trace::trace_format::write_op;
 use crate::trace::{TraceOp, MAX_TRACE_STREAMS};
-use crate::trace_format::write_op;
+use crate::types::error::{ArenaError, Result};
+use crate::types::memory_info::MemoryInfo;
+use crate::types::memory_log::MemoryLog;
+use crate::types::stats::AllocatorStats;
 use parking_lot::Mutex;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -336,7 +336,12 @@ impl Recorder {
         Ok(Recorder {
             path: path.to_string(),
             // The spool's label goes into messages: escaped and cut short, whatever the path.
-            spool: Spool::new(&crate::error::escaped(path), sink, file, buffer_bytes)?,
+            spool: Spool::new(
+                &crate::types::error::escaped(path),
+                sink,
+                file,
+                buffer_bytes,
+            )?,
             live: HashMap::new(),
             next_id: 1,
             streams: StreamNumbers::default(),
@@ -791,7 +796,8 @@ mod tests {
         let _ = std::fs::remove_file(&path);
         assert!(summary.error.is_some_and(|e| e.contains("no space left")));
         assert_eq!(text.len() as u64, summary.bytes);
-        let trace = crate::trace_format::parse_trace(&text, false).expect("whole lines only");
+        let trace =
+            crate::trace::trace_format::parse_trace(&text, false).expect("whole lines only");
         assert_eq!(trace.ops.len() as u64, summary.ops);
         assert!(summary.ops > 0);
     }

@@ -6,7 +6,7 @@
 //! spellings of one path, a hard link or a symbolic link are one file. A claim lasts as long as
 //! the recording that holds it.
 
-use crate::error::{ArenaError, Result};
+use crate::types::error::{ArenaError, Result};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -53,7 +53,7 @@ fn key_of(file: &File) -> std::io::Result<Option<FileKey>> {
 /// path and who records there) while another recording of this process writes to the same
 /// file, which is then left as it is.
 pub(crate) fn open_for_recording(path: &str, who: &str) -> Result<(File, FileClaim)> {
-    let shown = crate::error::escaped(path);
+    let shown = crate::types::error::escaped(path);
     let cannot =
         |e: std::io::Error| ArenaError::invalid_argument(format!("cannot record to {shown}: {e}"));
     // Not truncated yet: a file another recording writes must stay whole.

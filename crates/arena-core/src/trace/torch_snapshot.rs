@@ -49,7 +49,7 @@ pub const MAX_SNAPSHOT_BYTES: u64 = 1 << 30;
 
 /// The most events a snapshot may hold, all devices together: the most operations a trace
 /// file may have.
-pub const MAX_SNAPSHOT_EVENTS: u64 = crate::trace_format::MAX_TRACE_LINES as u64;
+pub const MAX_SNAPSHOT_EVENTS: u64 = crate::trace::trace_format::MAX_TRACE_LINES as u64;
 
 /// Whether a file starting with `first` bytes is read as a pickle: its first byte is the
 /// PROTO opcode (0x80), which no UTF-8 text starts with.

@@ -1,7 +1,7 @@
 //! A structured snapshot of an allocator's memory: regions, their chunks, reserves, a
 //! per-bin summary and the stats. What ONNX Runtime's `DumpMemoryLog` prints, as data.
 
-use crate::stats::AllocatorStats;
+use crate::types::stats::AllocatorStats;
 
 /// One chunk of a region.
 #[derive(Debug, Clone, PartialEq, Eq)]

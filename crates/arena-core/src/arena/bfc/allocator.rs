@@ -7,7 +7,7 @@ impl<R: RawAllocator> Arena<R> {
     /// The arena as it is when nothing else runs: `ERR_ARENA_RELEASED` once retired.
     pub(super) fn check_live(&self) -> Result<()> {
         if self.subs.is_retired() {
-            return Err(crate::allocator::retired());
+            return Err(crate::allocators::allocator::retired());
         }
         Ok(())
     }

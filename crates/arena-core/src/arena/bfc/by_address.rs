@@ -57,7 +57,7 @@ impl<R: RawAllocator> Arena<R> {
             Some(sub) => op(&mut sub.lock()),
             None => {
                 if self.subs.is_retired() {
-                    return Err(crate::allocator::retired());
+                    return Err(crate::allocators::allocator::retired());
                 }
                 Err(ArenaError::unknown_pointer(
                     addr,

@@ -87,7 +87,7 @@ impl<R: RawAllocator> Arena<R> {
     pub(super) fn move_region(
         &self,
         me: usize,
-        mine: &crate::lock::ArenaLock<State>,
+        mine: &crate::arena::lock::ArenaLock<State>,
         taken: (Detached, Carried),
     ) {
         let (region, hosted) = taken;

@@ -33,14 +33,14 @@ mod pieces;
 mod unmap;
 
 use super::{reusable, Clock, State, StreamId};
-use crate::bins::{bin_for_size, NUM_BINS};
-use crate::chunks::Chunk;
-use crate::config::{keys, ArenaConfig};
-use crate::error::{ArenaError, Result};
-use crate::free_list::{FreeBins, NIL};
-use crate::memory_log::{ChunkLog, RegionLog};
-use crate::pages::{PageTable, MAX_RANGE_PAGES};
+use crate::arena::bins::{bin_for_size, NUM_BINS};
+use crate::arena::chunks::Chunk;
+use crate::arena::free_list::{FreeBins, NIL};
+use crate::arena::pages::{PageTable, MAX_RANGE_PAGES};
 use crate::raw::VirtualMemory;
+use crate::types::config::{keys, ArenaConfig};
+use crate::types::error::{ArenaError, Result};
+use crate::types::memory_log::{ChunkLog, RegionLog};
 
 /// The stream tag of unmapped free chunks: no stream is ever given it (stream ids count up
 /// from 1), so no stream takes them and they merge only with each other.

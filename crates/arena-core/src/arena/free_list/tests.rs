@@ -4,7 +4,7 @@ use super::*;
 
 #[test]
 fn sets_ascend_with_size_and_each_lies_in_one_bin() {
-    use crate::bins::{bin_for_size, bin_size};
+    use crate::arena::bins::{bin_for_size, bin_size};
     let mut sizes: Vec<u64> = (0..64)
         .flat_map(|k| [1u64 << k, (1u64 << k) + (1u64 << k) / 4 * 3])
         .collect();

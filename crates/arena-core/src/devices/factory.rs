@@ -9,15 +9,15 @@
 //! release retires it ([`Allocator::retire`]): all its memory goes back to the backend at
 //! that moment, whatever references to it remain.
 
-use crate::allocator::{Allocator, PlainAllocator};
+use crate::allocators::allocator::{Allocator, PlainAllocator};
 use crate::arena::Arena;
-use crate::backend::Backend;
-use crate::config::ArenaConfig;
-use crate::error::{ArenaError, Result};
-use crate::foreign_streams::ForeignStreams;
-use crate::memory_info::{AllocatorType, MemoryInfo, MemoryKind};
+use crate::devices::backend::Backend;
 use crate::raw::RawStats;
-use crate::recorder::RecordingAllocator;
+use crate::streams::foreign_streams::ForeignStreams;
+use crate::trace::recorder::RecordingAllocator;
+use crate::types::config::ArenaConfig;
+use crate::types::error::{ArenaError, Result};
+use crate::types::memory_info::{AllocatorType, MemoryInfo, MemoryKind};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock, Weak};
