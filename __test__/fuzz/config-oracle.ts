@@ -1,8 +1,11 @@
 /**
  * What an options argument must give, from docs/config.md's key table and ts/config.ts's
- * documented rules, written independently of the parser: the raw pairs it stands for, or the
- * error code it must throw.
+ * documented rules, written independently of the parser (all but the names of the typed fields,
+ * which are the package's own table): the raw pairs it stands for, or the error code it must
+ * throw.
  */
+
+import { TYPED_KEYS } from '../../ts/config'
 
 const INT32_MAX = 2n ** 31n - 1n
 const U64_MAX = 2n ** 64n - 1n
@@ -31,25 +34,8 @@ export const RAW_RANGES: Readonly<Record<string, readonly [bigint, bigint]>> = {
 /** Keys whose value is 0 or a power of two within RAW_RANGES. */
 export const POWER_OF_TWO_KEYS: ReadonlySet<string> = new Set(['arena.vm_page_size_bytes'])
 
-/** Typed field → raw key. */
-export const TYPED: Readonly<Record<string, string>> = {
-  extendStrategy: 'arena.extend_strategy',
-  initialChunkSizeBytes: 'arena.initial_chunk_size_bytes',
-  maxDeadBytesPerChunk: 'arena.max_dead_bytes_per_chunk',
-  initialGrowthChunkSizeBytes: 'arena.initial_growth_chunk_size_bytes',
-  maxPowerOfTwoExtendBytes: 'arena.max_power_of_two_extend_bytes',
-  maxMem: 'arena.max_mem',
-  useCudaMempool: 'arena.use_cuda_mempool',
-  cudaMempoolReleaseThreshold: 'arena.cuda_mempool_release_threshold',
-  cudaMempoolBytesToKeepOnShrink: 'arena.cuda_mempool_bytes_to_keep_on_shrink',
-  useVirtualMemory: 'arena.use_virtual_memory',
-  vmPageSizeBytes: 'arena.vm_page_size_bytes',
-  vmReserveBytes: 'arena.vm_reserve_bytes',
-  vmUnmapThresholdBytes: 'arena.vm_unmap_threshold_bytes',
-  vmPeakHeadroomPercent: 'arena.vm_peak_headroom_percent',
-  vmChurnHeadroomPercent: 'arena.vm_churn_headroom_percent',
-  vmMapUnitBytes: 'arena.vm_map_unit_bytes',
-}
+/** Typed field → raw key: the package's own table (the Rust crate's is compared with it). */
+export const TYPED: Readonly<Record<string, string>> = TYPED_KEYS
 
 export type ConfigExpect =
   /** No options (`undefined` or `null`). */
