@@ -6,7 +6,7 @@
  * its peak held or after any op picked. docs/replay-report.md says how to read it.
  */
 import { Packer } from './pack'
-import { PAGE_SCRIPT } from './page'
+import { PAGE_SCRIPT } from './page/script'
 import { STYLE } from './style'
 import type { PageData, PageRun } from './types'
 

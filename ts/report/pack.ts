@@ -8,7 +8,7 @@
 import { gzipSync } from 'node:zlib'
 
 /**
- * How a column's numbers were made small; the page undoes it (`page.ts`, `unpackColumn`).
+ * How a column's numbers were made small; the page undoes it (`page/data.ts`, `unpackTable`).
  * - `plain`: as they are (whole numbers ≥ 0).
  * - `delta`: each minus the one before (zigzag, so it may go down).
  * - `life`: `died - born + 1`, 0 for -1 (still there at the end); needs the `born` column.
