@@ -85,8 +85,8 @@ impl CudaBackend {
     }
 
     /// The virtual-memory form of `device`'s memory (what `arena.use_virtual_memory=1`
-    /// builds its arena on), outside any factory: for tests and benchmarks. "not supported"
-    /// (`ERR_ARENA_INVALID_ARGUMENT`) on a device without virtual-memory management.
+    /// builds its arena on), outside any factory: for tests and benchmarks.
+    /// [`ArenaError::Unsupported`] on a device without virtual-memory management.
     pub fn virtual_memory_of(&self, device: u32) -> Result<crate::CudaVirtualMemory> {
         let g = self.gpu(device)?;
         crate::CudaVirtualMemory::new(g.ctx.clone(), g.ledger.clone())
@@ -127,12 +127,10 @@ impl Backend for CudaBackend {
     fn mempool(&self, device: u32, config: &ArenaConfig) -> Result<Arc<dyn Allocator>> {
         let g = self.gpu(device)?;
         if !g.info.memory_pools_supported {
-            return Err(ArenaError::InvalidArgument {
-                reason: format!(
-                    "memory pools are not supported on device {device} ({})",
-                    g.info.name
-                ),
-            });
+            return Err(ArenaError::unsupported(format!(
+                "device {device} ({}) has no memory pools",
+                g.info.name
+            )));
         }
         Ok(Arc::new(CudaPoolAllocator::new(g.ctx.clone(), config)?))
     }

@@ -42,26 +42,22 @@ pub struct CudaVirtualMemory {
 }
 
 impl CudaVirtualMemory {
-    /// The form for the device of `ctx`; `ERR_ARENA_INVALID_ARGUMENT` ("not supported") on a
-    /// device without virtual-memory management.
+    /// The form for the device of `ctx`; [`ArenaError::Unsupported`] on a device without
+    /// virtual-memory management.
     pub(crate) fn new(ctx: Arc<DeviceContext>, ledger: Arc<Mutex<Ledger>>) -> Result<Self> {
         let _current = ctx.make_current()?;
         if !driver::vmm_supported(ctx.dev)? {
-            return Err(ArenaError::InvalidArgument {
-                reason: format!(
-                    "virtual memory management is not supported on device {}",
-                    ctx.ordinal
-                ),
-            });
+            return Err(ArenaError::unsupported(format!(
+                "device {} has no virtual-memory management",
+                ctx.ordinal
+            )));
         }
         let granularity = driver::mem_granularity(ctx.ordinal)?;
         if !granularity.is_power_of_two() || granularity < 256 {
-            return Err(ArenaError::InvalidArgument {
-                reason: format!(
-                    "device {} reports a granularity of {granularity} bytes: not supported",
-                    ctx.ordinal
-                ),
-            });
+            return Err(ArenaError::unsupported(format!(
+                "device {} reports a virtual-memory granularity of {granularity} bytes",
+                ctx.ordinal
+            )));
         }
         let total = driver::device_total_mem(ctx.dev)?;
         let mut access = vec![ctx.ordinal];

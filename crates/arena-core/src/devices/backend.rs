@@ -31,19 +31,19 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     /// A raw allocator for `kind` memory of device `device` (`Cpu`: device 0).
     fn raw(&self, kind: MemoryKind, device: u32) -> Result<SharedRaw>;
 
-    /// The memory-pool allocator for device memory of `device`. `Err(InvalidArgument)` with
-    /// "not supported" in the message means the caller should fall back to the arena.
+    /// The memory-pool allocator for device memory of `device`. [`ArenaError::Unsupported`]
+    /// means the device has none: the caller falls back to the arena.
     fn mempool(&self, device: u32, config: &ArenaConfig) -> Result<Arc<dyn Allocator>>;
 
     /// Counters of the calls that reached the device's raw allocators.
     fn device_stats(&self, device: u32) -> Result<RawStats>;
 
     /// The virtual-memory form of device memory of `device`, for arenas in virtual-memory
-    /// mode (`arena.use_virtual_memory=1`). `Err(InvalidArgument)` with "not supported" in
-    /// the message (the default) means the caller should use the region arena.
+    /// mode (`arena.use_virtual_memory=1`). [`ArenaError::Unsupported`] (the default) means
+    /// the caller should use the region arena.
     fn virtual_memory(&self, device: u32) -> Result<SharedVm> {
-        Err(ArenaError::invalid_argument(format!(
-            "virtual memory is not supported by the {} backend for device {device}",
+        Err(ArenaError::unsupported(format!(
+            "the {} backend has no virtual memory for device {device}",
             self.name()
         )))
     }

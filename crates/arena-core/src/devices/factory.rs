@@ -406,19 +406,18 @@ pub fn make_allocator(
     })
 }
 
-/// Whether making `kind` failed because the device has no memory pools (the backend's
-/// "not supported"): the factory then falls back to the arena.
+/// Whether making `kind` failed because the device has no memory pools: the factory then
+/// falls back to the arena.
 fn pool_unsupported(kind: SharedKind, e: &ArenaError) -> bool {
-    matches!(e, ArenaError::InvalidArgument { reason }
-        if kind == SharedKind::Mempool && reason.contains("not supported"))
+    kind == SharedKind::Mempool && matches!(e, ArenaError::Unsupported { .. })
 }
 
 /// Whether making `kind` failed because the backend has no virtual memory for the device:
 /// the factory then makes the region arena.
 fn vm_unsupported(kind: SharedKind, config: &ArenaConfig, e: &ArenaError) -> bool {
-    matches!(e, ArenaError::InvalidArgument { reason }
-        if kind == SharedKind::DeviceArena && config.use_virtual_memory
-            && reason.contains("not supported"))
+    kind == SharedKind::DeviceArena
+        && config.use_virtual_memory
+        && matches!(e, ArenaError::Unsupported { .. })
 }
 
 fn without_vm(config: &ArenaConfig) -> ArenaConfig {
@@ -430,7 +429,7 @@ fn without_vm(config: &ArenaConfig) -> ArenaConfig {
 
 fn vm_fallback_warning(info: &MemoryInfo, e: &ArenaError) -> String {
     let reason = match e {
-        ArenaError::InvalidArgument { reason } => reason.as_str(),
+        ArenaError::Unsupported { reason } => reason.as_str(),
         _ => "",
     };
     format!("virtual memory is not supported for {info} ({reason}); using the region arena")
@@ -438,7 +437,7 @@ fn vm_fallback_warning(info: &MemoryInfo, e: &ArenaError) -> String {
 
 fn pool_fallback_warning(info: &MemoryInfo, e: &ArenaError) -> String {
     let reason = match e {
-        ArenaError::InvalidArgument { reason } => reason.as_str(),
+        ArenaError::Unsupported { reason } => reason.as_str(),
         _ => "",
     };
     format!("the CUDA memory pool is not supported for {info} ({reason}); using the arena")
@@ -525,4 +524,37 @@ pub fn named_factory(
         (spec.to_string(), Arc::downgrade(&factory)),
     );
     Ok(factory)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_vm() -> ArenaConfig {
+        ArenaConfig {
+            use_virtual_memory: true,
+            ..ArenaConfig::default()
+        }
+    }
+
+    #[test]
+    fn the_factory_falls_back_on_an_unsupported_refusal_not_on_its_words() {
+        let worded = ArenaError::invalid_argument("virtual memory is not supported here");
+        let refused = ArenaError::unsupported("device 0 has no virtual-memory management");
+        assert!(!vm_unsupported(SharedKind::DeviceArena, &with_vm(), &worded));
+        assert!(vm_unsupported(SharedKind::DeviceArena, &with_vm(), &refused));
+        assert!(!pool_unsupported(SharedKind::Mempool, &worded));
+        assert!(pool_unsupported(
+            SharedKind::Mempool,
+            &ArenaError::unsupported("device 0 has no memory pools")
+        ));
+    }
+
+    #[test]
+    fn an_unsupported_refusal_keeps_the_invalid_argument_code() {
+        assert_eq!(
+            ArenaError::unsupported("anything").code(),
+            "ERR_ARENA_INVALID_ARGUMENT"
+        );
+    }
 }

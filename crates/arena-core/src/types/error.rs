@@ -41,6 +41,13 @@ pub enum ArenaError {
         /// Which argument and why.
         reason: String,
     },
+    /// What the device or backend does not offer (memory pools, virtual memory). Its code is
+    /// `ERR_ARENA_INVALID_ARGUMENT`, as such refusals always had; the variant lets the factory
+    /// fall back (to the arena, to regions) on the refusal itself rather than on its text.
+    Unsupported {
+        /// What is not offered, and where.
+        reason: String,
+    },
     /// An address this allocator did not hand out, that is no longer live, or a range that
     /// runs past the end of a live allocation.
     UnknownPointer {
@@ -74,7 +81,7 @@ impl ArenaError {
         match self {
             ArenaError::OutOfMemory { .. } => ERROR_CODES[0],
             ArenaError::InvalidConfig { .. } => ERROR_CODES[1],
-            ArenaError::InvalidArgument { .. } => ERROR_CODES[2],
+            ArenaError::InvalidArgument { .. } | ArenaError::Unsupported { .. } => ERROR_CODES[2],
             ArenaError::UnknownPointer { .. } => ERROR_CODES[3],
             ArenaError::Released { .. } => ERROR_CODES[4],
             ArenaError::NoCuda { .. } => ERROR_CODES[5],
@@ -91,6 +98,13 @@ impl ArenaError {
 
     pub(crate) fn invalid_argument(reason: impl Into<String>) -> Self {
         ArenaError::InvalidArgument {
+            reason: reason.into(),
+        }
+    }
+
+    /// [`ArenaError::Unsupported`]: what a backend does not offer.
+    pub fn unsupported(reason: impl Into<String>) -> Self {
+        ArenaError::Unsupported {
             reason: reason.into(),
         }
     }
@@ -116,6 +130,7 @@ impl fmt::Display for ArenaError {
                 write!(f, "invalid value \"{value}\" for {key}: {reason}")
             }
             ArenaError::InvalidArgument { reason } => write!(f, "invalid argument: {reason}"),
+            ArenaError::Unsupported { reason } => write!(f, "not supported: {reason}"),
             ArenaError::UnknownPointer { addr, reason } => {
                 write!(f, "unknown pointer {addr:#x}: {reason}")
             }
