@@ -3,10 +3,9 @@
 use crate::codes::*;
 use crate::handles::{self, Handle};
 use cuda_arena_core::{
-    named_factory, AllocatorStats, ArenaConfig, ArenaError, Backend, Factory, MemoryInfo,
-    MemoryKind, SimBackend, SimKind,
+    named_factory, AllocatorStats, ArenaConfig, ArenaError, Factory, MemoryInfo, MemoryKind,
 };
-use cuda_sys_bridge::CudaBackend;
+use cuda_sys_bridge::{backend_named, unknown_backend, BACKEND_NAMES};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -91,19 +90,13 @@ pub(crate) unsafe fn str_arg<'a>(p: *const c_char, name: &str) -> Result<&'a str
 /// The process-wide factory `name` over the backend named `backend` ("cuda", "host",
 /// "virtual").
 pub(crate) fn named_factory_for(name: &str, backend: &str) -> Result<Arc<Factory>, ArenaError> {
-    let make = |b: Arc<dyn Backend>| Ok(Factory::new(name.to_string(), b));
-    match backend {
-        "cuda" => named_factory(name, "cuda", || make(Arc::new(CudaBackend::new()?))),
-        "host" => named_factory(name, "host", || {
-            make(Arc::new(SimBackend::new(SimKind::Host, &[])))
-        }),
-        "virtual" => named_factory(name, "virtual", || {
-            make(Arc::new(SimBackend::new(SimKind::Virtual, &[])))
-        }),
-        other => Err(invalid(format!(
-            "backend must be 'cuda', 'host' or 'virtual', got {other:?}"
-        ))),
+    // Checked first: a factory of that name may exist already, and is then returned unmade.
+    if !BACKEND_NAMES.contains(&backend) {
+        return Err(unknown_backend(backend, &BACKEND_NAMES));
     }
+    named_factory(name, backend, || {
+        Ok(Factory::new(name.to_string(), backend_named(backend, &[])?))
+    })
 }
 
 fn factory_for(backend: &str) -> Result<Arc<Factory>, ArenaError> {

@@ -18,6 +18,7 @@ use crate::codes::*;
 use crate::handle::{cuda_arena_stats, guard, invalid, named_factory_for};
 use cuda_arena_core::devices::env_config::describe_env_error;
 use cuda_arena_core::{env_config, ArenaConfig, ArenaError, Factory, PluggableDevice, ENV_CONF};
+use cuda_sys_bridge::BACKEND_NAMES;
 use parking_lot::Mutex;
 use std::ffi::{c_int, c_void};
 use std::io::Write;
@@ -58,7 +59,7 @@ fn read_setup() -> Result<(Arc<Factory>, ArenaConfig), ArenaError> {
         }),
     };
     let backend = var(TORCH_BACKEND_ENV)?.unwrap_or_else(|| "cuda".to_string());
-    if !matches!(backend.as_str(), "cuda" | "host" | "virtual") {
+    if !BACKEND_NAMES.contains(&backend.as_str()) {
         return Err(ArenaError::InvalidConfig {
             key: TORCH_BACKEND_ENV.into(),
             value: backend,

@@ -7,9 +7,9 @@ use crate::handles;
 use crate::stream::NativeStream;
 use cuda_arena_core::{
     named_factory, AllocatorType, ArenaError, DeviceLimits, Factory, MemoryInfo, MemoryKind,
-    SimBackend, SimKind,
+    SimKind,
 };
-use cuda_sys_bridge::CudaBackend;
+use cuda_sys_bridge::{backend_named, unknown_backend, CudaBackend, BACKEND_NAMES};
 use napi::bindgen_prelude::BigInt;
 use napi_derive::napi;
 use std::sync::{Arc, OnceLock};
@@ -83,26 +83,21 @@ impl NativeFactory {
     /// list means one default device).
     #[napi(constructor, catch_unwind)]
     pub fn new(name: String, backend: String, devices: Vec<JsDeviceLimits>) -> Result<Self> {
-        let kind = match backend.as_str() {
-            "host" => SimKind::Host,
-            "virtual" => SimKind::Virtual,
-            "cuda" => {
-                let cuda = cuda_backend()?;
-                let inner = named_factory(&name, &describe_spec("cuda", &[]), || {
-                    Ok(Factory::new(name.clone(), cuda.clone()))
-                })
-                .map_err(js)?;
-                return Ok(NativeFactory {
-                    inner,
-                    cuda: Some(cuda),
-                    warnings: Vec::new(),
-                });
-            }
-            other => {
-                return Err(invalid(format!(
-                    "backend must be 'cuda', 'host' or 'virtual', got {other:?}"
-                )))
-            }
+        if backend == "cuda" {
+            // The process's one CUDA backend (see `cuda_backend`), which streams also use.
+            let cuda = cuda_backend()?;
+            let inner = named_factory(&name, &describe_spec("cuda", &[]), || {
+                Ok(Factory::new(name.clone(), cuda.clone()))
+            })
+            .map_err(js)?;
+            return Ok(NativeFactory {
+                inner,
+                cuda: Some(cuda),
+                warnings: Vec::new(),
+            });
+        }
+        let Some(kind) = SimKind::named(&backend) else {
+            return Err(js(unknown_backend(&backend, &BACKEND_NAMES)));
         };
         if devices.len() > MAX_DEVICES {
             return Err(invalid(format!(
@@ -110,10 +105,7 @@ impl NativeFactory {
                 devices.len()
             )));
         }
-        let default_total = match kind {
-            SimKind::Host => cuda_arena_core::raw::DEFAULT_HOST_TOTAL_MEMORY,
-            SimKind::Virtual => cuda_arena_core::raw::DEFAULT_VIRTUAL_TOTAL_MEMORY,
-        };
+        let default_total = kind.default_total_memory();
         let limits = devices
             .iter()
             .map(|d| {
@@ -137,7 +129,7 @@ impl NativeFactory {
         let inner = named_factory(&name, &spec, || {
             Ok(Factory::new(
                 name.clone(),
-                Arc::new(SimBackend::new(kind, &limits)),
+                backend_named(kind.name(), &limits)?,
             ))
         })
         .map_err(js)?;

@@ -18,7 +18,8 @@ use cuda_arena_core::trace::{
     mixed_trace, named_trace, replay_observed, replay_with, ReplayOptions, ReplayReport, TraceOp,
     TraceStreams, MAX_TRACE_STREAMS,
 };
-use cuda_arena_core::{ArenaConfig, Backend, MemoryKind, SharedKind, SimBackend, SimKind};
+use cuda_arena_core::{ArenaConfig, Backend, MemoryKind, SharedKind};
+use cuda_sys_bridge::{backend_named, unknown_backend};
 use napi::bindgen_prelude::{BigUint64Array, Float64Array};
 use napi_derive::napi;
 use std::io::Write;
@@ -408,17 +409,14 @@ fn allocator_name(kind: SharedKind) -> &'static str {
     }
 }
 
+/// The backends a replay runs on: `host` is left out, as a trace's sizes would be real memory.
+const REPLAY_BACKENDS: [&str; 2] = ["cuda", "virtual"];
+
 fn backend_for(name: &str) -> Result<Arc<dyn Backend>> {
-    Ok(match name {
-        "virtual" => Arc::new(SimBackend::new(SimKind::Virtual, &[])),
-        "cuda" => Arc::new(cuda_sys_bridge::CudaBackend::new().map_err(js)?),
-        other => {
-            return Err(invalid(format!(
-                "backend must be 'cuda' or 'virtual', got {:?}",
-                other.chars().take(40).collect::<String>()
-            )))
-        }
-    })
+    if !REPLAY_BACKENDS.contains(&name) {
+        return Err(js(unknown_backend(name, &REPLAY_BACKENDS)));
+    }
+    backend_named(name, &[]).map_err(js)
 }
 
 /// How `replay_trace_file` reads and replays.

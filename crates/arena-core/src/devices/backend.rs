@@ -74,6 +74,33 @@ pub enum SimKind {
     Virtual,
 }
 
+impl SimKind {
+    /// The simulated backend named `name` (`host`, `virtual`), if it is one.
+    pub fn named(name: &str) -> Option<SimKind> {
+        match name {
+            "host" => Some(SimKind::Host),
+            "virtual" => Some(SimKind::Virtual),
+            _ => None,
+        }
+    }
+
+    /// Its backend's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            SimKind::Host => "host",
+            SimKind::Virtual => "virtual",
+        }
+    }
+
+    /// A device's memory when its limits give none.
+    pub fn default_total_memory(self) -> u64 {
+        match self {
+            SimKind::Host => crate::raw::DEFAULT_HOST_TOTAL_MEMORY,
+            SimKind::Virtual => crate::raw::DEFAULT_VIRTUAL_TOTAL_MEMORY,
+        }
+    }
+}
+
 /// Simulated devices: each has one raw allocator (device and pinned memory share its limits
 /// and counters) plus one for `Cpu` memory.
 #[derive(Debug)]
@@ -128,10 +155,7 @@ impl SimBackend {
 
 impl Backend for SimBackend {
     fn name(&self) -> &'static str {
-        match self.kind {
-            SimKind::Host => "host",
-            SimKind::Virtual => "virtual",
-        }
+        self.kind.name()
     }
 
     fn device_count(&self) -> u32 {

@@ -541,8 +541,16 @@ mod tests {
     fn the_factory_falls_back_on_an_unsupported_refusal_not_on_its_words() {
         let worded = ArenaError::invalid_argument("virtual memory is not supported here");
         let refused = ArenaError::unsupported("device 0 has no virtual-memory management");
-        assert!(!vm_unsupported(SharedKind::DeviceArena, &with_vm(), &worded));
-        assert!(vm_unsupported(SharedKind::DeviceArena, &with_vm(), &refused));
+        assert!(!vm_unsupported(
+            SharedKind::DeviceArena,
+            &with_vm(),
+            &worded
+        ));
+        assert!(vm_unsupported(
+            SharedKind::DeviceArena,
+            &with_vm(),
+            &refused
+        ));
         assert!(!pool_unsupported(SharedKind::Mempool, &worded));
         assert!(pool_unsupported(
             SharedKind::Mempool,
