@@ -4,6 +4,7 @@
 
 pub mod allocators;
 pub mod arena;
+pub(crate) mod collections;
 pub mod devices;
 /// Fuzz target bodies, shared by `fuzz/` and the replay test; not a supported API.
 #[doc(hidden)]
@@ -14,8 +15,8 @@ pub mod trace;
 pub mod types;
 
 pub use allocators::allocator::{Allocator, PlainAllocator, ORT_ALLOCATOR_VERSION};
+pub use allocators::live_blocks::LiveBlocks;
 pub use allocators::pool::PoolAllocator;
-pub use arena::live_blocks::LiveBlocks;
 pub use arena::Arena;
 pub use devices::backend::{Backend, SimBackend, SimKind};
 pub use devices::env_config::{env_config, parse_env_pairs, ENV_CONF};

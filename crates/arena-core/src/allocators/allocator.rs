@@ -1,13 +1,13 @@
 //! The `Allocator` trait, ONNX Runtime's `OrtAllocator` shape, and [`PlainAllocator`], the
 //! arena-less allocator used for read-only (initializer) memory.
 
-use crate::arena::live_blocks::LiveBlocks;
+use crate::allocators::live_blocks::LiveBlocks;
 use crate::raw::RawAllocator;
 use crate::streams::stream::Stream;
-use crate::trace::recorder::RecordingSummary;
 use crate::types::error::{ArenaError, Result};
 use crate::types::memory_info::MemoryInfo;
 use crate::types::memory_log::MemoryLog;
+use crate::types::recording_summary::RecordingSummary;
 use crate::types::stats::AllocatorStats;
 use parking_lot::Mutex;
 

@@ -2,4 +2,5 @@
 //! and the allocator that is not an arena: the memory pool's simulation.
 
 pub(crate) mod allocator;
+pub(crate) mod live_blocks;
 pub(crate) mod pool;

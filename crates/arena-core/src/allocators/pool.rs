@@ -8,7 +8,7 @@
 //! reference, as the arena's is).
 
 use crate::allocators::allocator::{retired, Allocator};
-use crate::arena::live_blocks::LiveBlocks;
+use crate::allocators::live_blocks::LiveBlocks;
 use crate::raw::RawAllocator;
 use crate::streams::stream::{Stream, StreamId, StreamUser};
 use crate::types::config::ArenaConfig;

@@ -51,13 +51,13 @@ use regions::alloc_region;
 
 use super::hosted_streams::{Carried, HostedStreams};
 use crate::allocators::allocator::{out_of_range, range_inside, Allocator};
-use crate::arena::addr_map::{AddrMap, AddrTable};
 use crate::arena::bins::{bin_for_size, bin_size, round_up_256, MIN_ALLOCATION_SIZE, NUM_BINS};
 use crate::arena::chunks::{Chunk, ChunkSlab};
 use crate::arena::free_list::{FreeBins, NIL};
 use crate::arena::in_use_quota::{self, Admit, Metered};
 use crate::arena::region::{Region, RegionSet};
 use crate::arena::sub_arenas::{Frozen, Global, SubArenas};
+use crate::collections::addr_map::{AddrMap, AddrTable};
 use crate::raw::{RawAllocator, VirtualMemory};
 use crate::streams::stream::{Clock, Stream, StreamId};
 use crate::streams::stream_events::FreeEvents;

@@ -1,20 +1,10 @@
 //! Size classes: 256-byte rounding and the 21 power-of-two bins of ONNX Runtime's BFC arena.
 
-/// log2 of the allocation granule.
-pub const MIN_ALLOCATION_BITS: u32 = 8;
-/// Every request is rounded up to a multiple of this; every chunk starts at a multiple of it
-/// from its region's base.
-pub const MIN_ALLOCATION_SIZE: u64 = 1 << MIN_ALLOCATION_BITS;
+pub use crate::types::sizes::{round_up_256, MIN_ALLOCATION_BITS, MIN_ALLOCATION_SIZE};
+
 /// Number of bins. Bin `b` holds free chunks of `[256 << b, 256 << (b + 1))` bytes; the last
 /// bin has no upper bound.
 pub const NUM_BINS: usize = 21;
-
-/// `n` rounded up to a multiple of 256, or `None` if that does not fit in a `u64`.
-#[inline]
-pub fn round_up_256(n: u64) -> Option<u64> {
-    n.checked_add(MIN_ALLOCATION_SIZE - 1)
-        .map(|v| v & !(MIN_ALLOCATION_SIZE - 1))
-}
 
 /// The bin for a chunk of `size` bytes: `min(20, floor(log2(max(size, 256) / 256)))`.
 #[inline]

@@ -2,7 +2,6 @@
 //! `bfc/vm.rs`) and the structures it is made of: size bins, the free lists, the chunk slab,
 //! regions, mapped pages, address maps, the live-block ledger and the lock.
 
-pub(crate) mod addr_map;
 mod bfc;
 pub mod bins;
 pub(crate) mod chunks;
@@ -10,7 +9,6 @@ pub(crate) mod directory;
 pub mod free_list;
 pub(crate) mod hosted_streams;
 pub(crate) mod in_use_quota;
-pub(crate) mod live_blocks;
 pub(crate) mod lock;
 pub(crate) mod pages;
 pub(crate) mod region;

@@ -4,8 +4,8 @@
 //! (DESIGN decision 2). Every rejection names the key, the value and the reason; an
 //! unknown `arena.*` key names the nearest known one. Keys outside `arena.` are ignored.
 
-use crate::arena::bins::round_up_256;
 use crate::types::error::{ArenaError, Result};
+use crate::types::sizes::round_up_256;
 
 /// How the arena grows when no free chunk fits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,4 +5,6 @@ pub mod config;
 pub(crate) mod error;
 pub(crate) mod memory_info;
 pub(crate) mod memory_log;
+pub(crate) mod recording_summary;
+pub mod sizes;
 pub(crate) mod stats;

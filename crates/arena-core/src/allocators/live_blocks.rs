@@ -5,7 +5,7 @@
 //! The arena keeps its own chunk table instead.
 
 use crate::allocators::allocator::{out_of_range, range_inside};
-use crate::arena::addr_map::AddrMap;
+use crate::collections::addr_map::AddrMap;
 use crate::types::error::{ArenaError, Result};
 use crate::types::memory_log::MemoryLog;
 use crate::types::stats::AllocatorStats;
