@@ -8,7 +8,7 @@
 //! reference, as the arena's is).
 
 use crate::allocators::allocator::{retired, Allocator};
-use crate::allocators::live_blocks::LiveBlocks;
+use crate::allocators::live_blocks::{ledger_backed_methods, LiveBlocks};
 use crate::raw::RawAllocator;
 use crate::streams::stream::{Stream, StreamId, StreamUser};
 use crate::types::config::ArenaConfig;
@@ -234,38 +234,5 @@ impl<R: RawAllocator> Allocator for PoolAllocator<R> {
         Ok(())
     }
 
-    fn memory_log(&self) -> MemoryLog {
-        let st = self.state.lock();
-        st.live.log(st.stats)
-    }
-
-    fn allocated_size(&self, addr: u64) -> Result<u64> {
-        let st = self.state.lock();
-        st.check_live()?;
-        Ok(st.live.get(addr)?.0)
-    }
-
-    fn requested_size(&self, addr: u64) -> Result<u64> {
-        self.allocated_size(addr)
-    }
-
-    fn write(&self, addr: u64, data: &[u8]) -> Result<()> {
-        self.in_range(addr, data.len() as u64, |raw| raw.write(addr, data))
-    }
-
-    fn read(&self, addr: u64, out: &mut [u8]) -> Result<()> {
-        let len = out.len() as u64;
-        self.in_range(addr, len, |raw| raw.read(addr, out))
-    }
-
-    fn fill(&self, addr: u64, byte: u8, len: u64) -> Result<()> {
-        self.in_range(addr, len, |raw| raw.fill(addr, byte, len))
-    }
-
-    fn retire(&self) {
-        let mut st = self.state.lock();
-        if !st.retired {
-            self.retire_state(&mut st);
-        }
-    }
+    ledger_backed_methods!();
 }
