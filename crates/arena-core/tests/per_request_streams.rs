@@ -93,7 +93,9 @@ fn four_threads_making_four_thousand_streams_each_are_all_served() {
     for t in threads {
         t.join().expect("thread");
     }
-    assert!(streams.len() <= 2 * FORGET_FROM);
+    // Threads add streams while a pass runs, so the next pass may come later than 2x.
+    assert!(streams.len() <= MAX_FOREIGN_STREAMS);
+    assert!(streams.forgotten_finished() >= 16_000 - MAX_FOREIGN_STREAMS as u64);
     a.check_invariants().expect("invariants");
 }
 

@@ -263,9 +263,15 @@ impl ForeignStreams {
             return None;
         }
         let stream = e.stream.upgrade()?;
+        if self.events.is_none() {
+            // Nothing is forgotten without events but by the host's word.
+            return Some(stream);
+        }
         // Forgetting a finished stream bumps the epoch, then checks that the set holds its
         // only handle; this upgrade, then the epoch read again: one of the two sees the other,
-        // so a stream is never forgotten while a call uses it.
+        // so a stream is never forgotten while a call uses it. The fence costs a lookup about
+        // 12 ns (34 -> 46 ns on the 2-core development machine); a protocol without it on the
+        // common path is still to be found.
         fence(Ordering::SeqCst);
         (self.epoch.load(Ordering::SeqCst) == epoch).then_some(stream)
     }
