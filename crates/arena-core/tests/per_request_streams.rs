@@ -195,3 +195,30 @@ fn a_forgotten_streams_free_chunks_merge_and_serve_every_stream() {
     );
     a.check_invariants().expect("invariants");
 }
+
+/// The race the set's checks can miss: a call takes a stream from its thread's remembered
+/// lookup just as the set forgets the stream as done, and allocates on it. Its chunk keeps the
+/// stream's tag: another stream gets it only once the stream's work up to its free is done.
+#[test]
+fn a_stream_forgotten_as_done_while_a_call_allocates_on_it_keeps_that_chunk_tagged() {
+    let a = virtual_arena(&[("arena.extend_strategy", "1")]);
+    let sim = SimEvents::new();
+    let events: Arc<dyn StreamEvents> = sim.clone();
+    let streams = ForeignStreams::with_events(Some(events));
+    let s = streams.get(1).expect("stream");
+    let p = a.alloc_on_stream(4096, &s).expect("alloc").expect("addr");
+    let _wall = a.alloc_on_stream(4096, &s).expect("alloc").expect("addr");
+    // As the set's pass does, then the call's handle is the last one.
+    s.free_events().expect("events").set_forgotten();
+    drop(streams.forget(1));
+    drop(s);
+    a.free(p).expect("free after the stream was released");
+    let t = streams.get(2).expect("another stream");
+    let q = a.alloc_on_stream(4096, &t).expect("alloc").expect("addr");
+    assert_ne!(q, p, "the first stream's work up to the free may still run");
+    a.check_invariants().expect("invariants");
+    sim.finish(1);
+    let r = a.alloc_on_stream(4096, &t).expect("alloc").expect("addr");
+    assert_eq!(r, p, "done: the chunk serves another stream");
+    a.check_invariants().expect("invariants");
+}

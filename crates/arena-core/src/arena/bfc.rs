@@ -388,7 +388,14 @@ impl<R: RawAllocator> Arena<R> {
                 Attempt::NoFit => {}
             }
             global = None;
-            let miss = self.on_miss(&mut sub.lock(), rounded, consumer, waited)?;
+            let (miss, reaped) = {
+                let mut st = sub.lock();
+                let reaped = st.reap_orphans();
+                (self.on_miss(&mut st, rounded, consumer, waited), reaped)
+            };
+            // Outside the lock: the last references hand their events back to the backend.
+            drop(reaped);
+            let miss = miss?;
             match miss {
                 Miss::Wait(others, next) => {
                     // Driver calls (event record, query, synchronize) with no lock held.

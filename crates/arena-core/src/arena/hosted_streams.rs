@@ -16,6 +16,17 @@ struct HostedStream {
     id: StreamId,
     events: Arc<FreeEvents>,
     in_use: u64,
+    /// Released while its chunks still needed its tag (see [`HostedStreams::release`]).
+    orphan: bool,
+}
+
+/// What releasing a stream leaves of its entry.
+pub(crate) enum Release {
+    /// The entry is gone (with its events, if it had one): untag the stream's chunks.
+    Gone(Option<Arc<FreeEvents>>),
+    /// Kept: the stream was forgotten as done, but a call took it since; its chunks keep the
+    /// tag until they are free and their frees done, then [`HostedStreams::reapable`] lists it.
+    Kept,
 }
 
 /// The host streams with events that tag chunks of one sub-arena; see the module docs.
@@ -61,6 +72,7 @@ impl HostedStreams {
                     id,
                     events: events.clone(),
                     in_use: 1,
+                    orphan: false,
                 },
             ),
         }
@@ -111,6 +123,37 @@ impl HostedStreams {
         self.find(id).ok().map(|i| self.0.remove(i).events)
     }
 
+    /// Stream `id` was released (its last handle dropped). A stream its set forgot as done
+    /// normally holds nothing here and its frees are done; if a call took it in between (the
+    /// set checks for that, but a lookup may race the check), its entry stays, as an orphan,
+    /// so that its chunks keep their marks.
+    pub(crate) fn release(&mut self, id: StreamId) -> Release {
+        let Ok(i) = self.find(id) else {
+            return Release::Gone(None);
+        };
+        let e = &mut self.0[i];
+        if e.events.was_forgotten() && (e.in_use > 0 || e.events.has_incomplete()) {
+            e.orphan = true;
+            return Release::Kept;
+        }
+        Release::Gone(Some(self.0.remove(i).events))
+    }
+
+    /// Orphans whose chunks are all free and whose frees are done: their tags can go.
+    pub(crate) fn reapable(&self) -> Vec<StreamId> {
+        self.0
+            .iter()
+            .filter(|e| e.orphan && e.in_use == 0 && !e.events.has_incomplete())
+            .map(|e| e.id)
+            .collect()
+    }
+
+    /// Whether an orphan is here.
+    #[inline]
+    pub(crate) fn has_orphans(&self) -> bool {
+        self.0.iter().any(|e| e.orphan)
+    }
+
     /// Every entry's events, the list emptied (the arena is retired).
     pub(crate) fn take_all(&mut self) -> Vec<Arc<FreeEvents>> {
         std::mem::take(&mut self.0)
@@ -138,6 +181,7 @@ impl HostedStreams {
                         id: *id,
                         events: events.clone(),
                         in_use: 0,
+                        orphan: false,
                     },
                 );
             }

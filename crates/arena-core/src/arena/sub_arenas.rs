@@ -286,6 +286,14 @@ impl SubArenas {
         (released, first_err)
     }
 
+    /// As [`SubArenas::reset_stream`], for a stream released (`State::release_stream`).
+    pub(crate) fn release_stream(&self, id: StreamId) -> Vec<Arc<FreeEvents>> {
+        self.used()
+            .filter_map(|i| self.get(i))
+            .filter_map(|s| s.lock().release_stream(id))
+            .collect()
+    }
+
     /// Resets stream `id` in every sub-arena; returns what must be dropped with no lock held.
     pub(crate) fn reset_stream(&self, id: StreamId) -> Vec<Arc<FreeEvents>> {
         self.used()
@@ -343,7 +351,7 @@ impl SubArenas {
 
 impl StreamUser for SubArenas {
     fn stream_released(&self, id: StreamId) {
-        let hosted = self.reset_stream(id);
+        let hosted = self.release_stream(id);
         // Outside the locks: the last reference hands its events back to the backend.
         drop(hosted);
     }

@@ -21,8 +21,10 @@
 //! streams that hold no memory in any allocator and whose frees are known done (their events
 //! are polled, and at the bound the device is synchronized once), as if the host had reset
 //! them; the bound then counts only streams that hold memory or whose work may still run. A
-//! stream a call is using is never forgotten under it: one is forgotten only while the set
-//! holds its only handle, checked after every thread's remembered lookup is made stale.
+//! stream a call is using loses nothing to it: one is forgotten only while the set holds its
+//! only handle, and a call that took it from a thread's remembered lookup in the same instant
+//! finds its allocations kept tagged by the allocators (`FreeEvents::set_forgotten`) until
+//! their frees are done. The common path, a remembered lookup, takes no fence for it.
 //! Without events nothing says a stream's work is done, so the bound stays a bound.
 //!
 //! Issue 15: each thread remembers the last few handles it looked up (weakly: a forgotten stream
@@ -37,7 +39,7 @@ use parking_lot::Mutex;
 use parking_lot::RwLock;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Instance numbers, so a thread's remembered lookups name the set they came from.
@@ -263,17 +265,10 @@ impl ForeignStreams {
             return None;
         }
         let stream = e.stream.upgrade()?;
-        if self.events.is_none() {
-            // Nothing is forgotten without events but by the host's word.
-            return Some(stream);
-        }
-        // Forgetting a finished stream bumps the epoch, then checks that the set holds its
-        // only handle; this upgrade, then the epoch read again: one of the two sees the other,
-        // so a stream is never forgotten while a call uses it. The fence costs a lookup about
-        // 12 ns (34 -> 46 ns on the 2-core development machine); a protocol without it on the
-        // common path is still to be found.
-        fence(Ordering::SeqCst);
-        (self.epoch.load(Ordering::SeqCst) == epoch).then_some(stream)
+        // A stream forgotten as done between the epoch read and this upgrade is in this call's
+        // hands now: the allocators keep its chunks' tags until their frees are done
+        // (`FreeEvents::set_forgotten`), so no fence is needed here, on every lookup.
+        Some(stream)
     }
 
     /// Remembers, for this thread, that `handle` names `stream` (made with `identity`); called
@@ -371,11 +366,11 @@ impl ForeignStreams {
         drop(candidates);
         let gone = {
             let mut map = self.map.write();
-            self.epoch.fetch_add(1, Ordering::SeqCst);
-            // See `recent`: a thread that upgraded its remembered lookup before this bump
-            // holds a second handle now, and one that upgrades after it sees the new epoch.
-            fence(Ordering::SeqCst);
-            let mut gone = Vec::new();
+            // Every thread's remembered lookups of this set go stale. One that upgraded just
+            // before may still use the stream: the sole-handle check below mostly sees it,
+            // and where it races, the allocators keep what it allocates tagged (see `recent`).
+            self.epoch.fetch_add(1, Ordering::AcqRel);
+            let mut gone: Vec<Stream> = Vec::new();
             for (h, id) in ids {
                 let done = map.get(&h).is_some_and(|(s, _)| {
                     s.id() == id
@@ -393,6 +388,13 @@ impl ForeignStreams {
         };
         self.forgotten
             .fetch_add(gone.len() as u64, Ordering::Relaxed);
+        for s in &gone {
+            if let Some(f) = s.free_events() {
+                // Before the release: an allocator that finds it holding memory then (a lookup
+                // raced the checks) keeps its chunks' tags until their frees are done.
+                f.set_forgotten();
+            }
+        }
         // Released outside the lock: each resets its chunks in the allocators that used it.
         drop(gone);
     }

@@ -93,6 +93,10 @@ pub struct FreeEvents {
     pending: Mutex<VecDeque<(u64, u64)>>,
     /// The host may destroy the stream without telling: record only in its calls.
     host_may_destroy: AtomicBool,
+    /// Forgotten by its set because its frees were done and it held nothing (issue 25): an
+    /// allocator that finds it holding memory when it is released (a call took it in the
+    /// meantime) keeps its chunks' tags until they are free and their frees done.
+    forgotten: AtomicBool,
     /// The highest mark an event recorded so far covers (the newest pending event's label,
     /// or what is complete): read without the lock by [`FreeEvents::cover_in_use`].
     recorded: AtomicU64,
@@ -108,6 +112,7 @@ impl FreeEvents {
             completed: AtomicU64::new(0),
             pending: Mutex::new(VecDeque::new()),
             host_may_destroy: AtomicBool::new(false),
+            forgotten: AtomicBool::new(false),
             recorded: AtomicU64::new(0),
         }
     }
@@ -120,6 +125,16 @@ impl FreeEvents {
         if !self.host_may_destroy.load(Ordering::Relaxed) {
             self.host_may_destroy.store(true, Ordering::Release);
         }
+    }
+
+    /// The stream's set forgets it as done (see the field `forgotten`); before it is released.
+    pub fn set_forgotten(&self) {
+        self.forgotten.store(true, Ordering::Release);
+    }
+
+    /// Whether the stream's set forgot it as done ([`FreeEvents::set_forgotten`]).
+    pub fn was_forgotten(&self) -> bool {
+        self.forgotten.load(Ordering::Acquire)
     }
 
     /// Whether events are recorded only in calls that pass this stream.

@@ -2,6 +2,7 @@
 //! (cut to size by ORT's rule), freeing and merging it, and forgetting a stream's tags.
 
 use super::*;
+use crate::arena::hosted_streams::Release;
 
 impl Metered for State {
     #[inline]
@@ -428,6 +429,36 @@ impl State {
         // frees are known done; what another stream leaves, no event says.
         self.unknown_work |= touched && hosted.is_none();
         hosted
+    }
+
+    /// Stream `stream` was released (its last handle dropped): as [`State::reset_stream`],
+    /// but a stream its set forgot as done that a call took since keeps its tags for now
+    /// ([`HostedStreams::release`]). Returns the events to drop once the lock is released.
+    #[must_use]
+    pub(crate) fn release_stream(&mut self, stream: StreamId) -> Option<Arc<FreeEvents>> {
+        match self.hosted.release(stream) {
+            Release::Kept => None,
+            Release::Gone(hosted) => {
+                let touched = self.untag(stream);
+                self.unknown_work |= touched && hosted.is_none();
+                hosted
+            }
+        }
+    }
+
+    /// Untags the chunks of released streams kept as orphans, once none of their chunks is in
+    /// use and their frees are done. Returns their events, to drop once the lock is released.
+    #[must_use]
+    pub(crate) fn reap_orphans(&mut self) -> Vec<Arc<FreeEvents>> {
+        if !self.hosted.has_orphans() {
+            return Vec::new();
+        }
+        let mut gone = Vec::new();
+        for id in self.hosted.reapable() {
+            gone.extend(self.hosted.remove(id));
+            self.untag(id);
+        }
+        gone
     }
 
     /// Detaches every chunk from `stream`; whether any was tagged with it.

@@ -25,6 +25,14 @@ impl<R: RawAllocator> Arena<R> {
             let id = match st.find(rounded, consumer, stream) {
                 Some(id) => id,
                 None => {
+                    let reaped = st.reap_orphans();
+                    if !reaped.is_empty() {
+                        drop(st);
+                        drop(global);
+                        // Their events go back with no lock held; then search again.
+                        drop(reaped);
+                        continue;
+                    }
                     let others = if waited == Waited::Nothing {
                         st.hosted_holding_back(rounded, consumer)
                     } else {
