@@ -15,8 +15,9 @@
 //! device has finished all work queued so far (its work included, which may still run after
 //! its destroy), so the new stream never takes the old one's chunks early.
 //!
-//! Issue 25: a host that makes a stream per request and never resets it (a server, PyTorch
-//! code that calls `torch.cuda.Stream()` per request) is served without end where the backend
+//! Issue 25: a host that makes a stream per request and never resets it (a server that calls
+//! `cuStreamCreate` per request, sessions ORT releases without a word) is served without end
+//! where the backend
 //! has events: once [`FORGET_FROM`] handles are remembered, a new one first forgets the
 //! streams that hold no memory in any allocator and whose frees are known done (their events
 //! are polled, and at the bound the device is synchronized once), as if the host had reset
