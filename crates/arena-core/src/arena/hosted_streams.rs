@@ -34,8 +34,8 @@ pub(crate) enum Release {
 pub(crate) struct HostedStreams(Vec<HostedStream>);
 
 /// Host streams carried with a region that moves to another sub-arena (none of its chunks is
-/// in use, so they carry no count).
-pub(crate) type Carried = Vec<(StreamId, Arc<FreeEvents>)>;
+/// in use, so they carry no count), each with whether it is an orphan (released).
+pub(crate) type Carried = Vec<(StreamId, Arc<FreeEvents>, bool)>;
 
 impl HostedStreams {
     #[inline(always)]
@@ -167,23 +167,25 @@ impl HostedStreams {
         self.0
             .iter()
             .filter(|e| tags(e.id))
-            .map(|e| (e.id, e.events.clone()))
+            .map(|e| (e.id, e.events.clone(), e.orphan))
             .collect()
     }
 
     /// Takes in the entries a region moving here carries.
     pub(crate) fn adopt(&mut self, carried: &Carried) {
-        for (id, events) in carried {
-            if let Err(i) = self.find(*id) {
-                self.0.insert(
+        for (id, events, orphan) in carried {
+            match self.find(*id) {
+                // A released stream stays one here: its chunks lose their tag once done.
+                Ok(i) => self.0[i].orphan |= *orphan,
+                Err(i) => self.0.insert(
                     i,
                     HostedStream {
                         id: *id,
                         events: events.clone(),
                         in_use: 0,
-                        orphan: false,
+                        orphan: *orphan,
                     },
-                );
+                ),
             }
         }
     }
@@ -223,6 +225,28 @@ mod tests {
         assert!(to.contains(5) && !to.contains(9));
         assert!(!to.holds(5));
         assert!(from.holds(5), "the chunk in use stays where it was taken");
+    }
+
+    #[test]
+    fn a_released_streams_entry_carried_with_a_region_stays_an_orphan_there() {
+        let (mut from, mut to) = (HostedStreams::default(), HostedStreams::default());
+        let e = events();
+        from.took(5, &e);
+        e.set_forgotten();
+        assert!(
+            matches!(from.release(5), Release::Kept),
+            "a chunk is in use"
+        );
+        to.adopt(&from.carried(|id| id == 5));
+        assert_eq!(
+            to.reapable(),
+            vec![5],
+            "nothing of it in use there, its frees done"
+        );
+        assert!(
+            from.reapable().is_empty(),
+            "its chunk is in use where it was taken"
+        );
     }
 
     #[test]
