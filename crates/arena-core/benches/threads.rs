@@ -14,11 +14,13 @@
 //! 131,072, as `run_mt_device.sh`).
 //!
 //! Environment: `THREADS` (default "1 2 4 8"), `TRACES` ("small mixed"), `OPS`, `BUDGET_S`
-//! (default 2), `STREAMS` ("1": each thread on its own stream; "0": plain `alloc`, no stream).
+//! (default 2), `STREAMS` ("1": each thread on its own stream; "0": plain `alloc`, no stream),
+//! `MODES` ("regions pages": ORT's region arena, and the virtual-memory mode at 2 MiB pages),
+//! `LOG=1` (each arena's regions or mapped extents and stats at the end, on stderr).
 //! `BENCH_JSON=path` appends one JSON object per row.
 
 use cuda_arena_core::trace::{named_trace, TraceOp};
-use cuda_arena_core::{Allocator, Arena, ArenaConfig, Stream, VirtualAllocator};
+use cuda_arena_core::{Allocator, Arena, ArenaConfig, Stream, VirtualAllocator, VirtualMemory};
 use std::io::Write;
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
@@ -104,11 +106,18 @@ struct Case {
     peak: u64,
     budget_s: f64,
     streams: bool,
+    /// Virtual-memory mode.
+    pages: bool,
 }
 
 fn run(case: &Case, threads: usize) -> Row {
-    let arena =
-        Arc::new(Arena::new(VirtualAllocator::default(), ArenaConfig::default()).expect("arena"));
+    let arena = Arc::new(if case.pages {
+        let raw = VirtualAllocator::default().with_granularity(2 << 20);
+        let vm: Arc<dyn VirtualMemory> = Arc::new(raw.vm());
+        Arena::with_virtual_memory(raw, vm, ArenaConfig::default()).expect("arena")
+    } else {
+        Arena::new(VirtualAllocator::default(), ArenaConfig::default()).expect("arena")
+    });
     let start = Arc::new(Barrier::new(threads + 1));
     let done = Arc::new(Barrier::new(threads + 1));
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -120,6 +129,7 @@ fn run(case: &Case, threads: usize) -> Row {
         peak,
         budget_s,
         streams,
+        pages,
     } = *case;
     let handles: Vec<_> = (0..threads)
         .map(|_| {
@@ -171,16 +181,36 @@ fn run(case: &Case, threads: usize) -> Row {
         h.join().expect("bench thread");
     }
     let stats = arena.stats();
+    // `LOG=1`: each mapped extent or region at the end, and the stats.
+    if std::env::var("LOG").is_ok() {
+        let log = arena.memory_log();
+        for r in &log.regions {
+            let used: u64 = r.chunks.iter().filter(|c| c.in_use).map(|c| c.size).sum();
+            eprintln!(
+                "region {} base {:#x} size {} chunks {} in_use {}",
+                r.id,
+                r.base,
+                r.size,
+                r.chunks.len(),
+                used
+            );
+        }
+        eprintln!("{stats:?}");
+    }
     walls.sort_by(f64::total_cmp);
     let wall = walls[walls.len() / 2];
     let total_ops = (threads * ops.len()) as f64;
     let req = (threads as u64 * peak) as f64;
     Row {
-        trace: if div > 1 {
-            format!("{kind}/{div}")
-        } else {
-            kind.to_string()
-        },
+        trace: format!(
+            "{}{}",
+            if div > 1 {
+                format!("{kind}/{div}")
+            } else {
+                kind.to_string()
+            },
+            if pages { " (pages)" } else { "" }
+        ),
         threads,
         agg_mops: total_ops / wall / 1e6,
         ns_per_op_thread: wall * 1e9 / ops.len() as f64,
@@ -204,6 +234,7 @@ fn main() {
         .parse()
         .expect("BUDGET_S is a number");
     let streams = env_or("STREAMS", "1") != "0";
+    let modes = env_or("MODES", "regions pages");
     let json = std::env::var("BENCH_JSON").ok();
     println!(
         "thread scaling on virtual, {} ({ops} ops per thread)",
@@ -215,17 +246,23 @@ fn main() {
     );
     println!("| trace | threads | agg Mops/s | vs 1 thread | ns/op/thread | pass 0 Mops/s | passes | held/req | MaxInUse/req | regions | quota rebalances |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for kind in traces.split_whitespace() {
+    let cases = traces.split_whitespace().flat_map(|kind| {
+        modes
+            .split_whitespace()
+            .map(move |m| (kind.to_string(), m == "pages"))
+    });
+    for (kind, pages) in cases {
         let div = if kind == "mixed" { 16 } else { 1 };
-        let (trace, n_slots, peak) = load(kind, ops, div);
+        let (trace, n_slots, peak) = load(&kind, ops, div);
         let case = Case {
-            kind: kind.to_string(),
+            kind,
             div,
             ops: Arc::new(trace),
             n_slots,
             peak,
             budget_s,
             streams,
+            pages,
         };
         let mut base = None;
         for &n in &threads {

@@ -121,6 +121,12 @@ impl VirtualMemory for Counting {
             .fetch_add(len, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
+    fn synchronize(&self) -> cuda_arena_core::Result<()> {
+        self.inner.synchronize()
+    }
+    fn synchronizations(&self) -> u64 {
+        self.inner.synchronizations()
+    }
     fn mapped_bytes(&self) -> u64 {
         self.inner.mapped_bytes()
     }

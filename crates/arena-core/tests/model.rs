@@ -511,6 +511,13 @@ impl Model {
         Ok(())
     }
 
+    /// How many times the arena has waited for the device (virtual-memory mode).
+    fn device_waits(&self) -> u64 {
+        self.arena
+            .virtual_memory()
+            .map_or(0, |v| v.synchronizations())
+    }
+
     fn apply(&mut self, op: &Op) -> Result<(), String> {
         count(&TALLY.ops);
         let before = self.arena.memory_log();
@@ -522,6 +529,7 @@ impl Model {
             } => {
                 let consumer = stream.map_or(0, |s| s + 1);
                 let on = stream.map(|s| self.streams[s].clone());
+                let waits = self.device_waits();
                 let result = self.on(thread, move |a| match on {
                     Some(s) => a.alloc_on_stream(size, &s),
                     None => a.alloc(size),
@@ -531,6 +539,11 @@ impl Model {
                     Ok(None) if size == 0 => self.check_unchanged(&before, &after)?,
                     Ok(Some(addr)) if size > 0 => {
                         count(&TALLY.allocs);
+                        if self.device_waits() != waits {
+                            // The arena waited for the device: every free before is past,
+                            // for every stream.
+                            self.freed.clear();
+                        }
                         self.drop_released(&regions_removed(&before, &after));
                         let allocated =
                             self.arena.allocated_size(addr).map_err(|e| e.to_string())?;

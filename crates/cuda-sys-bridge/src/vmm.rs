@@ -39,6 +39,8 @@ pub struct CudaVirtualMemory {
     access: Vec<u32>,
     /// Lock order: this, then the ledger.
     ranges: Mutex<Reservations>,
+    /// [`VirtualMemory::synchronize`] calls that returned.
+    synchronizations: std::sync::atomic::AtomicU64,
 }
 
 impl CudaVirtualMemory {
@@ -69,6 +71,7 @@ impl CudaVirtualMemory {
             total,
             access,
             ranges: Mutex::new(Reservations::new(granularity)),
+            synchronizations: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -174,6 +177,19 @@ impl VirtualMemory for CudaVirtualMemory {
 
     fn unmap(&self, addr: u64, len: u64) -> Result<()> {
         self.unmap_after(addr, len, true)
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        let _current = self.ctx.make_current()?;
+        driver::ctx_synchronize()?;
+        self.synchronizations
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn synchronizations(&self) -> u64 {
+        self.synchronizations
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn unmap_idle(&self, addr: u64, len: u64) -> Result<()> {

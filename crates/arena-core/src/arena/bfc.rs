@@ -33,11 +33,13 @@
 //! regions are reserved address ranges rather than raw allocations, and pages of them are
 //! mapped when a chunk first needs them; the page policy lives in `bfc/vm.rs`, the page
 //! bits in `pages.rs`. Unmapped free memory is kept out of the bins, so allocating from and
-//! freeing to mapped memory are the region mode's paths, unchanged. With threads, this mode keeps
-//! one sub-arena that every thread shares (`Arena::me`): its page tables, budget and
-//! unmapping policy stay one arena's, so stats, shrink and decision 7 see all of its memory;
-//! pages are mapped under that sub-arena's lock and the global one, and the shared budget
-//! follows what the sub-arena holds.
+//! freeing to mapped memory are the region mode's paths, unchanged. With threads, each thread's
+//! sub-arena maps pages in ranges of its own (the directory names their owner, as it does
+//! regions), so the common path is the region mode's per-thread one; what the arena holds
+//! follows what all sub-arenas use, not each one's own peak (`bfc/vm/paths.rs`): past the
+//! arena-wide headroom a miss takes another sub-arena's free mapped chunk, then unmaps the
+//! others' free pages, before it maps more. Pages are mapped under the sub-arena's lock and the
+//! global one; stats, shrink and decision 7 cover every sub-arena.
 
 mod allocator;
 mod by_address;
@@ -56,7 +58,7 @@ use crate::arena::chunks::{Chunk, ChunkSlab};
 use crate::arena::free_list::{FreeBins, NIL};
 use crate::arena::in_use_quota::{self, Admit, Metered};
 use crate::arena::region::{Region, RegionSet};
-use crate::arena::sub_arenas::{Frozen, Global, SubArenas};
+use crate::arena::sub_arenas::{Frozen, Global, Setup, SubArenas};
 use crate::collections::addr_map::{AddrMap, AddrTable};
 use crate::raw::{RawAllocator, VirtualMemory};
 use crate::streams::stream::{Clock, Stream, StreamId};
@@ -188,9 +190,12 @@ pub(crate) struct State {
     /// device again, every unmap does; otherwise an unmap of pages whose streams are all
     /// known past their frees waits for nothing (issue 25).
     unknown_work: bool,
-    /// Virtual-memory mode: the id of the next range reserved (only one sub-arena is used
-    /// in that mode, so ids stay unique).
-    next_vm_region_id: u64,
+    /// Chunk bytes in use by threads other than this sub-arena's (chunks marked `foreign`).
+    foreign_in_use: u64,
+    /// Virtual-memory mode: ranges reserved (`true`) or given back (`false`) since the arena
+    /// last told its directory, as `(base, size, reserved)`: the sub-arena changes them under
+    /// its own lock, deep in its paths; the arena drains this after each call that may.
+    range_changes: Vec<(u64, u64, bool)>,
     /// How much `stats.in_use` may reach before the global ledger is asked (`in_use_quota.rs`).
     quota: u64,
     /// This sub-arena's index in its arena.
@@ -246,12 +251,12 @@ impl<R: RawAllocator> Arena<R> {
     ) -> Result<Self> {
         let mut arena = Self::new(raw, config)?;
         let paged = vm::Paged::new(&*vm, &arena.config)?;
-        {
-            // Every thread shares sub-arena 0 in this mode (see `Arena::me`).
-            let mut st = arena.subs.get_or_make(0).lock();
-            st.pages = Some(Box::new(paged));
+        // Each sub-arena maps pages in ranges of its own, under the one policy.
+        let set = arena.subs.set_setup(Setup(Box::new(move |st: &mut State| {
+            st.pages = Some(Box::new(paged.clone()));
             st.absorb_unassigned = true;
-        }
+        })));
+        debug_assert!(set, "a new arena has no sub-arena yet");
         arena.vm = Some(vm);
         arena.split_waste = MIN_ALLOCATION_SIZE;
         Ok(arena)
@@ -284,15 +289,10 @@ impl<R: RawAllocator> Arena<R> {
         self.subs.global().ledger.rebalances
     }
 
-    /// The calling thread's sub-arena. In virtual-memory mode every thread shares sub-arena 0:
-    /// its page tables, budget and unmapping policy are one arena's, as before sub-arenas.
+    /// The calling thread's sub-arena.
     #[inline(always)]
     fn me(&self) -> usize {
-        if self.vm.is_some() {
-            0
-        } else {
-            SubArenas::index()
-        }
+        SubArenas::index()
     }
 
     /// The size as the arena will hand it out, or why it never can (DESIGN decision 4).
@@ -374,7 +374,7 @@ impl<R: RawAllocator> Arena<R> {
         stream: Option<&Stream>,
     ) -> Result<Option<u64>> {
         if let Some(vm) = &self.vm {
-            return self.allocate_vm(&**vm, rounded, size, stream);
+            return self.allocate_vm(&**vm, me, rounded, size, stream);
         }
         let consumer = stream.map_or(0, Stream::id);
         let sub = self.subs.get_or_make(me);
@@ -540,7 +540,10 @@ impl<R: RawAllocator> Arena<R> {
                 Err(e) => return Err(e),
             }
         }
-        if let Some(addr) = self.take_from_others(me, rounded, size, consumer, stream) {
+        let mut global = None;
+        let taken = self.take_from_others(me, rounded, size, consumer, stream, &mut global);
+        drop(global);
+        if let Some(addr) = taken {
             return Ok(Some(addr));
         }
         if *waited != Waited::Finished {

@@ -20,6 +20,9 @@ pub struct Chunk {
     pub region: u32,
     /// Handed out (true) or in a bin (false).
     pub in_use: bool,
+    /// Handed out to a thread other than its sub-arena's, from a sub-arena that was idle
+    /// (virtual-memory mode, `bfc/vm/paths.rs`); false while free.
+    pub foreign: bool,
     /// Stream that last took this chunk, 0 for none. Kept after a free: the memory may still
     /// be in use by work queued on that stream.
     pub stream: StreamId,

@@ -115,7 +115,7 @@ const EMPTY_NODE: Node = Node {
 };
 
 /// Free chunks indexed by bin; see the module docs.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct FreeBins {
     nodes: Vec<Node>,
     roots: [u32; SLOTS],

@@ -16,7 +16,7 @@
 pub(crate) const MAX_RANGE_PAGES: u64 = 1 << 24;
 
 /// Mapped pages of the arena's reserved ranges.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct PageTable {
     /// log2 of the page size.
     shift: u32,
@@ -26,7 +26,7 @@ pub(crate) struct PageTable {
     extents: u64,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct RangePages {
     base: u64,
     /// Pages in the range.

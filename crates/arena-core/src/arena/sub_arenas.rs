@@ -60,6 +60,10 @@ pub(crate) struct Global {
     pub(crate) ledger: Ledger,
     /// Set when the arena hands everything back for good; sub-arenas made after are retired.
     pub(crate) retired: bool,
+    /// Virtual-memory mode: the most chunk bytes (requested, less dead bytes) seen in use
+    /// across sub-arenas when pages were about to be mapped, since the last shrink: the peak
+    /// the arena-wide headroom follows (`vm/paths.rs`).
+    pub(crate) vm_peak: u64,
 }
 
 impl HasLedger for Global {
@@ -81,6 +85,18 @@ pub(crate) struct SubArenas {
     config: ArenaConfig,
     /// `Global::retired`, readable without the global lock (set under it, never cleared).
     retired: AtomicBool,
+    /// What every sub-arena gets when it is made (virtual-memory mode: its page table and
+    /// policy), set before the first one is.
+    setup: OnceLock<Setup>,
+}
+
+/// A step applied to each new sub-arena's state.
+pub(crate) struct Setup(pub(crate) Box<dyn Fn(&mut State) + Send + Sync>);
+
+impl std::fmt::Debug for Setup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Setup")
+    }
 }
 
 /// Every sub-arena locked, with the global lock: one instant of the whole arena.
@@ -96,13 +112,21 @@ impl SubArenas {
             global: Mutex::new(Global {
                 ledger: Ledger::new(MAX_SUB_ARENAS),
                 retired: false,
+                vm_peak: 0,
             }),
             directory: Directory::default(),
             held: AtomicU64::new(0),
             next_region_id: AtomicU64::new(0),
             config: config.clone(),
             retired: AtomicBool::new(false),
+            setup: OnceLock::new(),
         }
+    }
+
+    /// Sets what every sub-arena gets when it is made; before any is made (a later call, or
+    /// one after a sub-arena exists, is refused: `false`).
+    pub(crate) fn set_setup(&self, setup: Setup) -> bool {
+        self.used().next().is_none() && self.setup.set(setup).is_ok()
     }
 
     /// The index of the calling thread's sub-arena.
@@ -133,6 +157,9 @@ impl SubArenas {
         let slot = &self.subs[i % MAX_SUB_ARENAS];
         let sub = slot.get_or_init(|| {
             let mut st = State::new(&self.config, i as u64);
+            if let Some(setup) = self.setup.get() {
+                (setup.0)(&mut st);
+            }
             if g.retired {
                 st.mark_retired();
             }
@@ -313,8 +340,10 @@ impl SubArenas {
         let mut quotas = 0u64;
         let mut held = 0u64;
         let mut ranges = Vec::new();
+        let mut mapped = 0u64;
         for (i, st) in &f.subs {
-            st.check(vm)?;
+            st.check()?;
+            mapped += st.vm_mapped_bytes();
             let q = f.global.ledger.quotas[*i];
             if st.quota() != q || st.in_use() > q {
                 return Err(format!(
@@ -340,6 +369,14 @@ impl SubArenas {
                 "sub-arenas hold {held} bytes, the raw allocator has {outstanding} outstanding, the budget counts {}",
                 self.held()
             ));
+        }
+        if let Some(vm) = vm {
+            if vm.mapped_bytes() != mapped {
+                return Err(format!(
+                    "the backend has {} bytes mapped, the arena {mapped}",
+                    vm.mapped_bytes()
+                ));
+            }
         }
         ranges.sort_unstable();
         if ranges != self.directory.entries() {

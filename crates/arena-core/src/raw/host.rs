@@ -35,6 +35,8 @@ struct HostState {
     ledger: Ledger,
     /// Ranges reserved by the virtual-memory form.
     vm: Reservations,
+    /// [`VirtualMemory::synchronize`] calls (nothing runs asynchronously here to wait for).
+    synchronizations: u64,
 }
 
 impl Drop for HostLedger {
@@ -74,6 +76,7 @@ impl HostAllocator {
             ledger: Arc::new(HostLedger(Mutex::new(HostState {
                 ledger: Ledger::new(limits),
                 vm: Reservations::new(os::page_size()),
+                synchronizations: 0,
             }))),
             info: MemoryInfo::new(MemoryKind::Cpu, 0),
         }
@@ -200,6 +203,15 @@ impl VirtualMemory for HostVm {
         let base = os::reserve(size)?;
         state.vm.add(base, size);
         Ok(base)
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.ledger.0.lock().synchronizations += 1;
+        Ok(())
+    }
+
+    fn synchronizations(&self) -> u64 {
+        self.ledger.0.lock().synchronizations
     }
 
     fn release(&self, base: u64, size: u64) -> Result<()> {

@@ -31,6 +31,8 @@ struct Space {
     /// Unmaps that would have waited for the device ([`VirtualMemory::unmap`] rather than
     /// [`VirtualMemory::unmap_idle`]): none here, but counted as CUDA's would wait.
     waiting_unmaps: u64,
+    /// [`VirtualMemory::synchronize`] calls: nothing to wait for here, but counted.
+    synchronizations: u64,
 }
 
 impl Space {
@@ -94,6 +96,7 @@ impl VirtualAllocator {
             holes,
             vm: Reservations::new(DEFAULT_VIRTUAL_GRANULARITY),
             waiting_unmaps: 0,
+            synchronizations: 0,
         };
         VirtualAllocator {
             space: Arc::new(Mutex::new(space)),
@@ -222,6 +225,15 @@ impl VirtualMemory for VirtualVm {
         self.unmap_idle(addr, len)?;
         self.space.lock().waiting_unmaps += 1;
         Ok(())
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.space.lock().synchronizations += 1;
+        Ok(())
+    }
+
+    fn synchronizations(&self) -> u64 {
+        self.space.lock().synchronizations
     }
 
     fn unmap_idle(&self, addr: u64, len: u64) -> Result<()> {

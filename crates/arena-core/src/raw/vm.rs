@@ -57,6 +57,21 @@ pub trait VirtualMemory: Send + Sync + std::fmt::Debug {
         self.unmap(addr, len)
     }
 
+    /// Waits until no work queued on the device before this call is running: what
+    /// [`VirtualMemory::unmap`] does first. The arena calls it to hand a free chunk of one
+    /// stream to another where it would otherwise unmap pages and map others (issue 25). The
+    /// default does nothing: a backend with no asynchronous work has nothing to wait for.
+    fn synchronize(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// How many [`VirtualMemory::synchronize`] calls have returned so far: for checks (a
+    /// model of stream reuse counts a wait for the device as every stream's wait). 0 from a
+    /// backend that does not count them.
+    fn synchronizations(&self) -> u64 {
+        0
+    }
+
     /// Bytes mapped now.
     fn mapped_bytes(&self) -> u64;
 
@@ -110,6 +125,12 @@ impl<V: VirtualMemory + ?Sized> VirtualMemory for std::sync::Arc<V> {
     }
     fn unmap_idle(&self, addr: u64, len: u64) -> Result<()> {
         (**self).unmap_idle(addr, len)
+    }
+    fn synchronize(&self) -> Result<()> {
+        (**self).synchronize()
+    }
+    fn synchronizations(&self) -> u64 {
+        (**self).synchronizations()
     }
     fn mapped_bytes(&self) -> u64 {
         (**self).mapped_bytes()

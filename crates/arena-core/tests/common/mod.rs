@@ -20,6 +20,14 @@ pub fn virtual_arena(pairs: &[(&str, &str)]) -> Arena<VirtualAllocator> {
     Arena::new(VirtualAllocator::default(), config(pairs)).expect("arena")
 }
 
+/// An arena in virtual-memory mode over an 80 GiB virtual device with 2 MiB pages (CUDA's
+/// granularity).
+pub fn virtual_vm_arena(pairs: &[(&str, &str)]) -> Arena<VirtualAllocator> {
+    let raw = VirtualAllocator::default().with_granularity(2 * MIB);
+    let vm: std::sync::Arc<dyn cuda_arena_core::VirtualMemory> = std::sync::Arc::new(raw.vm());
+    Arena::with_virtual_memory(raw, vm, config(pairs)).expect("arena")
+}
+
 /// An arena over a virtual device with the given limits.
 pub fn limited_arena(limits: DeviceLimits, pairs: &[(&str, &str)]) -> Arena<VirtualAllocator> {
     Arena::new(VirtualAllocator::new(limits), config(pairs)).expect("arena")

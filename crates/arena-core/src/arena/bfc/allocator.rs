@@ -181,20 +181,16 @@ impl<R: RawAllocator> Allocator for Arena<R> {
 
     fn shrink(&self) -> Result<()> {
         self.check_live()?;
-        if let Some(vm) = &self.vm {
-            let Some(sub) = self.subs.get(0) else {
-                return Ok(());
-            };
-            let mut st = sub.lock();
-            st.check_live()?;
-            let before = st.held();
-            let (_, err) = st.vm_release_all_free(&**vm);
-            self.subs.follow_budget(before, st.held());
-            st.reset_growth(&self.config);
-            st.peak_chunk_bytes = st.stats.in_use - st.stats.reserved_bytes;
-            return err.map_or(Ok(()), Err);
-        }
-        let (_, err) = self.subs.release_idle(&self.raw);
+        let (_, err) = match &self.vm {
+            Some(vm) => {
+                // Under the global lock, as mappings are: the arena-wide peak restarts too.
+                let mut g = self.subs.global();
+                let r = self.vm_release_everywhere(&**vm);
+                g.vm_peak = 0;
+                r
+            }
+            None => self.subs.release_idle(&self.raw),
+        };
         for t in self.subs.used().collect::<Vec<_>>() {
             if let Some(sub) = self.subs.get(t) {
                 let mut st = sub.lock();

@@ -37,6 +37,11 @@ impl<R: RawAllocator> Arena<R> {
             Some(id) => {
                 st.mark_hosted_free(id);
                 st.release_chunk(id);
+                if let Some(vm) = &self.vm {
+                    let before = st.held();
+                    st.vm_after_free(&**vm);
+                    self.subs.follow_budget(before, st.held());
+                }
                 Ok(())
             }
             None => self.free_other(st, addr),
@@ -50,10 +55,12 @@ impl<R: RawAllocator> Arena<R> {
         addr: u64,
         op: impl FnOnce(&mut State) -> Result<T>,
     ) -> Result<T> {
-        // In virtual-memory mode the ranges are not in the directory: they are sub-arena 0's.
-        let owner = self.subs.directory.owner(addr);
-        let owner = owner.or(self.vm.as_ref().map(|_| 0));
-        match owner.and_then(|t| self.subs.get(t as usize)) {
+        match self
+            .subs
+            .directory
+            .owner(addr)
+            .and_then(|t| self.subs.get(t as usize))
+        {
             Some(sub) => op(&mut sub.lock()),
             None => {
                 if self.subs.is_retired() {
@@ -78,19 +85,6 @@ impl<R: RawAllocator> Arena<R> {
         op: impl FnOnce(Memory<'_, R>) -> Result<T>,
     ) -> Result<T> {
         self.check_live()?;
-        if let Some(vm) = &self.vm {
-            // Every chunk and reserve is sub-arena 0's in virtual-memory mode.
-            let Some(sub) = self.subs.get(0) else {
-                return Err(out_of_range(addr, len, "this allocator"));
-            };
-            let st = sub.lock();
-            st.check_live()?;
-            return match st.contains_range(addr, len) {
-                Some(false) => op(Memory::Vm(&**vm)),
-                Some(true) => op(Memory::Raw(&self.raw)),
-                None => Err(out_of_range(addr, len, "this allocator")),
-            };
-        }
         // The sub-arena whose region or reserve holds `addr`; an empty range may also sit at
         // the very end of an allocation, which the byte before names.
         let mut owners = [self.subs.directory.owner(addr), None];
@@ -107,8 +101,11 @@ impl<R: RawAllocator> Arena<R> {
             };
             let st = sub.lock();
             st.check_live()?;
-            if st.contains_range(addr, len).is_some() {
-                return op(Memory::Raw(&self.raw));
+            match (st.contains_range(addr, len), &self.vm) {
+                // A chunk's pages in virtual-memory mode.
+                (Some(false), Some(vm)) => return op(Memory::Vm(&**vm)),
+                (Some(_), _) => return op(Memory::Raw(&self.raw)),
+                (None, _) => {}
             }
         }
         Err(out_of_range(addr, len, "this allocator"))

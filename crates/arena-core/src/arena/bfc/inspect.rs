@@ -77,11 +77,11 @@ impl State {
         }
     }
 
-    pub(crate) fn check(&self, vm: Option<&dyn VirtualMemory>) -> std::result::Result<(), String> {
+    pub(crate) fn check(&self) -> std::result::Result<(), String> {
         self.bins.check()?;
         let (mut in_use, mut requested, mut held, mut free_chunks, mut live_chunks) =
             (0, 0, 0, 0, 0);
-        let mut dead = 0;
+        let (mut dead, mut foreign) = (0, 0);
         let mut hosted_in_use = std::collections::BTreeMap::new();
         for (slot, r) in self.regions.iter() {
             let mut expect_addr = r.base;
@@ -114,6 +114,7 @@ impl State {
                     }
                     live_chunks += 1;
                     in_use += c.size;
+                    foreign += if c.foreign { c.size } else { 0 };
                     requested += c.requested_size;
                     if self.hosted.contains(c.stream) {
                         *hosted_in_use.entry(c.stream).or_insert(0u64) += 1;
@@ -143,6 +144,11 @@ impl State {
                         ));
                     }
                     let hosted = self.hosted.contains(c.stream);
+                    if c.foreign {
+                        return Err(format!(
+                            "free chunk {id} is marked handed to another thread"
+                        ));
+                    }
                     if hosted && c.sync_id == 0 {
                         return Err(format!(
                             "free chunk {id} of host stream {} carries no mark of its free",
@@ -160,9 +166,15 @@ impl State {
             }
             held += r.size;
         }
+        if foreign != self.foreign_in_use {
+            return Err(format!(
+                "chunks handed to other threads hold {foreign} bytes, the count says {}",
+                self.foreign_in_use
+            ));
+        }
         let mut extents = self.regions.len() as u64;
         if self.pages.is_some() {
-            (held, extents) = self.vm_check(vm)?;
+            (held, extents) = self.vm_check()?;
         }
         let reserved: u64 = self.reserves.values().sum();
         let s = &self.stats;

@@ -116,6 +116,7 @@ impl State {
             stream: 0,
             sync_id: 0,
             alloc_id: 0,
+            foreign: false,
         };
         let id = self.chunks.insert(chunk);
         self.regions.get_mut(slot).first_chunk = id;

@@ -45,7 +45,8 @@ impl State {
             dead_bytes: 0,
             absorb_unassigned: false,
             unknown_work: false,
-            next_vm_region_id: 0,
+            range_changes: Vec::new(),
+            foreign_in_use: 0,
             quota: 0,
             index: index as u32,
             registered: 0,
@@ -67,13 +68,9 @@ impl State {
         self.stats.total_allocated
     }
 
-    /// `(base, size)` of every region and reserve: what the directory holds (virtual-memory
-    /// mode's ranges are not there: every thread uses sub-arena 0 then).
+    /// `(base, size)` of every region (or reserved range) and reserve: what the directory holds.
     pub(crate) fn ranges(&self) -> Vec<(u64, u64)> {
-        let mut v: Vec<(u64, u64)> = match self.pages {
-            Some(_) => Vec::new(),
-            None => self.regions.iter().map(|(_, r)| (r.base, r.size)).collect(),
-        };
+        let mut v: Vec<(u64, u64)> = self.regions.iter().map(|(_, r)| (r.base, r.size)).collect();
         v.extend(self.reserves.iter().map(|(&a, &s)| (a, s)));
         v
     }
@@ -186,6 +183,14 @@ impl State {
     /// The best free chunk for `rounded` bytes that `stream` (id `consumer`, 0: no stream) may
     /// use. The stream's clock is locked only if a chunk of another stream is considered.
     #[inline(always)]
+    /// The best free chunk of stream `consumer` itself for `rounded` bytes, in its class.
+    pub(super) fn find_of_stream(&self, rounded: u64, consumer: StreamId) -> Option<u32> {
+        let chunks = &self.chunks;
+        let class = self.pages.as_deref().map_or(0, |p| p.class_for(rounded));
+        self.bins
+            .best_fit_class(class, rounded, |id| chunks.get(id).stream == consumer)
+    }
+
     pub(super) fn find(
         &self,
         rounded: u64,
@@ -320,6 +325,7 @@ impl State {
             stream: c.stream,
             sync_id: c.sync_id,
             alloc_id: 0,
+            foreign: false,
         };
         let rest_id = self.chunks.insert(rest);
         if rest.next != NIL {
@@ -340,6 +346,9 @@ impl State {
         let (addr, size, requested, prev, next) =
             (c.addr, c.size, c.requested_size, c.prev, c.next);
         c.requested_size = 0;
+        if std::mem::take(&mut c.foreign) {
+            self.foreign_in_use -= size;
+        }
         self.stats.remove_in_use(size, requested);
         if self.pages.is_some() {
             let rounded = round_up_256(requested).unwrap_or(size);

@@ -56,7 +56,7 @@ const SMALL: u8 = 1;
 const LARGE: u8 = 0;
 
 /// The page state and policy of an arena in virtual-memory mode.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(super) struct Paged {
     /// Which pages are mapped: exactly those of the chunks not tagged [`UNMAPPED`].
     pages: PageTable,
@@ -201,6 +201,15 @@ impl Paged {
     }
 }
 
+/// What a sub-arena mapping pages needs from the rest of the arena.
+pub(super) struct Elsewhere<'a> {
+    pub(super) config: &'a ArenaConfig,
+    /// Bytes the other sub-arenas hold or are obtaining: `arena.max_mem` is one budget.
+    pub(super) held: u64,
+    /// A new region id, unique across sub-arenas.
+    pub(super) region_id: &'a dyn Fn() -> u64,
+}
+
 /// Which free pages an unmapping pass looks at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Scan {
@@ -265,8 +274,58 @@ impl State {
 
     /// Chunk bytes in use less the dead bytes of chunks handed out whole: what the peak the
     /// headroom follows counts.
-    fn requested_chunk_bytes(&self) -> u64 {
+    pub(super) fn requested_chunk_bytes(&self) -> u64 {
         self.chunk_bytes_in_use().saturating_sub(self.dead_bytes)
+    }
+
+    /// Whether no chunk is in use here but by other threads than this sub-arena's.
+    pub(super) fn vm_idle(&self) -> bool {
+        self.chunk_bytes_in_use() == self.foreign_in_use
+    }
+
+    /// Marks in-use chunk `id` as handed out to another thread than this sub-arena's.
+    pub(super) fn mark_foreign(&mut self, id: u32) {
+        let c = self.chunks.get_mut(id);
+        if !c.foreign {
+            c.foreign = true;
+            self.foreign_in_use += c.size;
+        }
+    }
+
+    /// Mapped bytes the headroom allows for a peak of `peak` chunk bytes in use (0 in the
+    /// region mode).
+    pub(super) fn vm_cap(&self, peak: u64) -> u64 {
+        self.pages.as_deref().map_or(0, |p| p.cap(peak))
+    }
+
+    /// The most mapped bytes the headroom ever grows to by churn for a peak of `peak`:
+    /// `arena.vm_churn_headroom_percent` (or the peak headroom, if larger) over it.
+    pub(super) fn vm_ceiling(&self, peak: u64) -> u64 {
+        self.pages.as_deref().map_or(0, |p| {
+            let pct = p.headroom_percent.max(p.churn_percent);
+            let over = u128::from(peak) * u128::from(pct) / 100;
+            peak.saturating_add(u64::try_from(over).unwrap_or(u64::MAX))
+        })
+    }
+
+    /// `bytes` rounded up to whole pages.
+    pub(super) fn vm_pages_for(&self, bytes: u64) -> u64 {
+        let page = self.pages.as_deref().map_or(1, Paged::page);
+        bytes.saturating_add(page - 1) & !(page - 1)
+    }
+
+    /// Unmaps up to `bytes` of this sub-arena's wholly free pages for another sub-arena's
+    /// mapping (the arena-wide headroom); returns the bytes unmapped.
+    pub(super) fn vm_unmap_for_another(&mut self, vm: &dyn VirtualMemory, bytes: u64) -> u64 {
+        let before = self.stats.total_allocated;
+        // A refused unmap leaves its pages mapped and counted; the next pass tries again.
+        let _ = self.vm_unmap_free(vm, None, bytes, Scan::Headroom);
+        before - self.stats.total_allocated
+    }
+
+    /// The ranges reserved or given back since the last call, as `(base, size, reserved)`.
+    pub(super) fn take_range_changes(&mut self) -> Vec<(u64, u64, bool)> {
+        std::mem::take(&mut self.range_changes)
     }
 
     /// The class of bins the mapped free chunks of region `slot` are in: its range's pool (0
@@ -290,7 +349,7 @@ impl State {
     pub(super) fn vm_grow_and_find(
         &mut self,
         vm: &dyn VirtualMemory,
-        config: &ArenaConfig,
+        elsewhere: &Elsewhere<'_>,
         rounded: u64,
         size: u64,
         consumer: StreamId,
@@ -313,11 +372,25 @@ impl State {
             if let Some(id) = any {
                 return Ok(id);
             }
+            // For a stream, a free chunk of another stream, once the device has no work of
+            // before left: an unmap for the headroom would wait for the device all the same,
+            // and then map pages again (two streams taking turns on one buffer remapped it on
+            // every allocation). No pages move. (An allocation on no stream keeps to chunks of
+            // no stream, as everywhere.)
+            let stranded = (consumer != 0)
+                .then(|| self.bins.best_fit_any(rounded, |_| true))
+                .flatten();
+            if let Some(id) = stranded {
+                if vm.synchronize().is_ok() {
+                    self.unknown_work = false;
+                    return Ok(id);
+                }
+            }
         }
         let (plan, new_range) = match planned {
             Some(plan) => (plan, None),
             None => {
-                let slot = self.vm_add_range(vm, rounded, size)?;
+                let slot = self.vm_add_range(vm, rounded, size, elsewhere.region_id)?;
                 match self.vm_plan(rounded, consumer, clock) {
                     Some(plan) => (plan, Some(slot)),
                     None => {
@@ -330,7 +403,7 @@ impl State {
                 }
             }
         };
-        let id = match self.vm_map(vm, config, plan, rounded, size) {
+        let id = match self.vm_map(vm, elsewhere.config, elsewhere.held, plan, rounded, size) {
             Ok(id) => id,
             Err(e) => {
                 if let Some(slot) = new_range {
@@ -412,7 +485,13 @@ impl State {
     /// Reserves a range for at least `rounded` bytes: `arena.vm_reserve_bytes` (the
     /// device's memory), or just enough when that is refused. Returns its region slot; the
     /// range is one unmapped free chunk.
-    fn vm_add_range(&mut self, vm: &dyn VirtualMemory, rounded: u64, size: u64) -> Result<u32> {
+    fn vm_add_range(
+        &mut self,
+        vm: &dyn VirtualMemory,
+        rounded: u64,
+        size: u64,
+        region_id: &dyn Fn() -> u64,
+    ) -> Result<u32> {
         let p = self.paged()?;
         let need = rounded.checked_next_multiple_of(p.page()).ok_or_else(|| {
             ArenaError::oom(
@@ -448,9 +527,8 @@ impl State {
             },
             Err(e) => return Err(oom_for(size, "reserving address space", e)),
         };
-        let region_id = self.next_vm_region_id;
-        self.next_vm_region_id += 1;
-        let slot = self.insert_region(base, len, region_id);
+        let slot = self.insert_region(base, len, region_id());
+        self.range_changes.push((base, len, true));
         let id = self.regions.get(slot).first_chunk;
         self.bins.remove(id);
         self.chunks.get_mut(id).stream = UNMAPPED;
@@ -468,6 +546,7 @@ impl State {
             // Kept: a range the backend would not take back still tiles correctly.
             return;
         }
+        self.range_changes.push((r.base, r.size, false));
         let mut id = r.first_chunk;
         while id != NIL {
             let next = self.chunks.get(id).next;
@@ -492,6 +571,7 @@ impl State {
         &mut self,
         vm: &dyn VirtualMemory,
         config: &ArenaConfig,
+        held_elsewhere: u64,
         plan: Plan,
         rounded: u64,
         size: u64,
@@ -505,17 +585,18 @@ impl State {
             ceil_to(plan.w0 + rounded, base, page),
         ));
         if need > 0 {
-            // The budget: mapped pages count as held.
-            let held = self.stats.total_allocated;
+            // The budget: mapped pages count as held, in every sub-arena.
+            let held = self.stats.total_allocated.saturating_add(held_elsewhere);
             if held.saturating_add(need) > config.max_mem {
                 let over = held.saturating_add(need) - config.max_mem;
                 self.vm_unmap_free(vm, keep, over, Scan::Everything);
-                if self.stats.total_allocated.saturating_add(need) > config.max_mem {
+                let held = self.stats.total_allocated.saturating_add(held_elsewhere);
+                if held.saturating_add(need) > config.max_mem {
                     return Err(ArenaError::oom(
                         size,
                         format!(
-                            "mapping {need} more bytes for it would pass arena.max_mem {} ({} bytes held)",
-                            config.max_mem, self.stats.total_allocated
+                            "mapping {need} more bytes for it would pass arena.max_mem {} ({held} bytes held)",
+                            config.max_mem
                         ),
                     ));
                 }

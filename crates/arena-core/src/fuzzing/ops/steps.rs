@@ -13,6 +13,7 @@ impl Model {
     ) -> Result<(), String> {
         let before = self.a().memory_log();
         let raw_allocs = self.raw.raw_stats().raw_allocs;
+        let waits = self.vm.as_ref().map_or(0, |v| v.synchronizations());
         let result = match (reserve, stream) {
             (true, _) => self.a().reserve(size),
             (false, Some(s)) => self.a().alloc_on_stream(size, &self.streams[s]),
@@ -36,6 +37,11 @@ impl Model {
             }
             Ok(None) if size == 0 => self.check_unchanged(&before, &after)?,
             Ok(Some(addr)) if size > 0 => {
+                if self.vm.as_ref().map_or(0, |v| v.synchronizations()) != waits {
+                    // The arena waited for the device: every free before is past, for
+                    // every stream.
+                    self.freed.clear();
+                }
                 if self.vm.is_some() {
                     self.handed_out(addr, size, reserve, consumer, &[], raw_allocs)?;
                     if after.stats.num_arena_shrinkages > before.stats.num_arena_shrinkages {

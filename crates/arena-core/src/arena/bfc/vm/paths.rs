@@ -1,43 +1,78 @@
-//! The arena's allocation and reserve paths in virtual-memory mode: on sub-arena 0, which
-//! every thread shares there, pages mapped under its lock and the global one.
+//! The arena's allocation and reserve paths in virtual-memory mode (issue 25). Each thread's
+//! sub-arena maps pages in ranges of its own, so threads allocate and free on paths of their
+//! own as in the region mode; what the arena holds follows what all of them use. A sub-arena
+//! with no free chunk that fits maps pages only as far as the arena-wide headroom allows (over
+//! the most chunk bytes seen in use across sub-arenas); past it, it first takes a free mapped
+//! chunk of another sub-arena (memory an idle thread left, or another thread freed), then
+//! unmaps wholly free pages of the others to make room. So a pool's threads taking turns, or a
+//! backward pass on another thread than its forward pass, hold the live set once.
 
 use super::super::*;
+use super::Elsewhere;
+
+/// Where the mapping step of a miss left the allocation.
+enum Mapped {
+    Taken(u64),
+    /// Search again: memory was freed meanwhile, or other streams' events were waited for.
+    Again(Waited),
+}
 
 impl<R: RawAllocator> Arena<R> {
-    /// The slow path in virtual-memory mode, on sub-arena 0 (which every thread shares there)
-    /// as the arena was before sub-arenas: pages are mapped under its lock (and the global
-    /// lock, so the quota is charged at once), the budget follows what the sub-arena holds.
+    /// The slow path in virtual-memory mode, under the global lock and this thread's
+    /// sub-arena's (`me`): a chunk freed meanwhile (its quota rebalanced at once), other host
+    /// streams polled once, then memory of other sub-arenas or new pages ([`Arena::map_for`]).
     #[cold]
     #[inline(never)]
     pub(in crate::arena::bfc) fn allocate_vm(
         &self,
         vm: &dyn VirtualMemory,
+        me: usize,
         rounded: u64,
         size: u64,
         stream: Option<&Stream>,
     ) -> Result<Option<u64>> {
-        let consumer = stream.map_or(0, Stream::id);
-        let sub = self.subs.get_or_make(0);
         let mut waited = Waited::Nothing;
         loop {
-            let mut global = Some(self.subs.global());
-            let mut st = sub.lock();
-            let id = match st.find(rounded, consumer, stream) {
-                Some(id) => id,
-                None => {
-                    let reaped = st.reap_orphans();
-                    if !reaped.is_empty() {
-                        drop(st);
-                        drop(global);
-                        // Their events go back with no lock held; then search again.
-                        drop(reaped);
-                        continue;
-                    }
-                    let others = if waited == Waited::Nothing {
-                        st.hosted_holding_back(rounded, consumer)
-                    } else {
-                        Vec::new()
-                    };
+            match self.map_for(vm, me, rounded, size, stream, waited)? {
+                Mapped::Taken(addr) => return Ok(Some(addr)),
+                Mapped::Again(next) => waited = next,
+            }
+        }
+    }
+
+    /// One try of the slow path (see [`Arena::allocate_vm`]). Where no chunk of `me` fits,
+    /// mapping more pages is weighed against what every sub-arena uses: past the headroom
+    /// over the most chunk bytes seen in use across them (plus a page per busy sub-arena), a
+    /// free chunk of another sub-arena serves first ([`Arena::steal`]); past the churn
+    /// ceiling, the others' wholly free pages are unmapped to make room; then pages are
+    /// mapped in `me` (decision 7 across sub-arenas when the device refuses).
+    fn map_for(
+        &self,
+        vm: &dyn VirtualMemory,
+        me: usize,
+        rounded: u64,
+        size: u64,
+        stream: Option<&Stream>,
+        waited: Waited,
+    ) -> Result<Mapped> {
+        let consumer = stream.map_or(0, Stream::id);
+        let sub = self.subs.get_or_make(me);
+        let mut global = Some(self.subs.global());
+        let mut st = sub.lock();
+        st.check_live()?;
+        let id = match st.find(rounded, consumer, stream) {
+            Some(id) => Some(id),
+            None => {
+                let reaped = st.reap_orphans();
+                if !reaped.is_empty() {
+                    drop(st);
+                    drop(global);
+                    // Their events go back with no lock held; then search again.
+                    drop(reaped);
+                    return Ok(Mapped::Again(waited));
+                }
+                if waited == Waited::Nothing {
+                    let others = st.hosted_holding_back(rounded, consumer);
                     if !others.is_empty() {
                         drop(st);
                         drop(global);
@@ -45,86 +80,308 @@ impl<R: RawAllocator> Arena<R> {
                         for f in &others {
                             f.advance();
                         }
-                        waited = Waited::Polled;
-                        continue;
-                    }
-                    st.check_live()?;
-                    let before = st.held();
-                    let clock = stream.map(Stream::clock);
-                    let grown = st.vm_grow_and_find(
-                        vm,
-                        &self.config,
-                        rounded,
-                        size,
-                        consumer,
-                        clock.as_deref(),
-                    );
-                    drop(clock);
-                    self.subs.follow_budget(before, st.held());
-                    match grown {
-                        Ok(id) => id,
-                        Err(e @ ArenaError::OutOfMemory { .. }) if waited != Waited::Finished => {
-                            let others = st.hosted_waiting(consumer);
-                            if others.is_empty() {
-                                return Err(e);
-                            }
-                            drop(st);
-                            drop(global);
-                            for f in &others {
-                                f.finish();
-                            }
-                            waited = Waited::Finished;
-                            continue;
-                        }
-                        Err(e) => return Err(e),
+                        return Ok(Mapped::Again(Waited::Polled));
                     }
                 }
+                None
+            }
+        };
+        if let Some(id) = id {
+            return Ok(Mapped::Taken(self.take_locked(
+                &mut st,
+                &mut global,
+                me,
+                id,
+                rounded,
+                size,
+                stream,
+            )));
+        }
+        // Each other sub-arena looked at alone (the global lock's holder may lock any number
+        // of them): the policy needs no single instant.
+        let (mut elsewhere_in_use, mut busy) = (0u64, 1u64);
+        let mut idle = Vec::new();
+        for (t, other) in self.others_indexed(me) {
+            let o = other.lock();
+            let in_use = o.requested_chunk_bytes();
+            elsewhere_in_use += in_use;
+            busy += u64::from(in_use > 0);
+            if o.vm_idle() {
+                idle.push(t);
+            }
+        }
+        let peak = match global.as_deref_mut() {
+            Some(g) => {
+                let now = elsewhere_in_use
+                    .saturating_add(st.requested_chunk_bytes())
+                    .saturating_add(rounded);
+                g.vm_peak = g.vm_peak.max(now);
+                g.vm_peak
+            }
+            None => 0,
+        };
+        // Each sub-arena with memory in use may hold a partly used page past the headroom:
+        // what a part per thread costs at page granularity (a single arena has that page
+        // once), and what keeps a thread whose working set is under a page on its own path.
+        let pages = busy.saturating_mul(st.vm_pages_for(1));
+        let cap = st.vm_cap(peak).saturating_add(pages);
+        let ceiling = st.vm_ceiling(peak).saturating_add(pages);
+        let need = st.vm_pages_for(rounded);
+        if self.subs.held().saturating_add(need) > cap {
+            drop(st);
+            if let Some(addr) = self.steal(me, &idle, rounded, size, stream, &mut global) {
+                return Ok(Mapped::Taken(addr));
+            }
+            // Threads busy at once keep their own memory (taking each other's chunks, they
+            // would pass them back and forth on every allocation): free pages elsewhere are
+            // unmapped only past the ceiling a single arena's churn may reach.
+            let mut over = self
+                .subs
+                .held()
+                .saturating_add(need)
+                .saturating_sub(ceiling);
+            for other in self.others(me) {
+                if over == 0 {
+                    break;
+                }
+                let mut o = other.lock();
+                let before = o.held();
+                over = over.saturating_sub(o.vm_unmap_for_another(vm, over));
+                self.subs.follow_budget(before, o.held());
+            }
+            st = sub.lock();
+            st.check_live()?;
+        }
+        let mut grown = self.map_in(vm, me, &mut st, rounded, size, stream);
+        if matches!(grown, Err(ArenaError::OutOfMemory { .. })) {
+            // Decision 7 across sub-arenas: the others' wholly free pages go back (the
+            // global lock's holder may lock any number of sub-arenas), then once more.
+            let mut released = 0;
+            for other in self.others(me) {
+                let mut o = other.lock();
+                let before = o.held();
+                released += o.vm_release_all_free(vm).0;
+                self.subs.follow_budget(before, o.held());
+                self.sync_directory(&mut o);
+            }
+            if released > 0 {
+                grown = self.map_in(vm, me, &mut st, rounded, size, stream);
+            }
+        }
+        let id = match grown {
+            Ok(id) => id,
+            Err(e @ ArenaError::OutOfMemory { .. }) if waited != Waited::Finished => {
+                drop(st);
+                drop(global);
+                let others = self.hosted_waiting_anywhere(consumer);
+                if others.is_empty() {
+                    return Err(e);
+                }
+                for f in &others {
+                    f.finish();
+                }
+                return Ok(Mapped::Again(Waited::Finished));
+            }
+            Err(e) => return Err(e),
+        };
+        Ok(Mapped::Taken(self.take_locked(
+            &mut st,
+            &mut global,
+            me,
+            id,
+            rounded,
+            size,
+            stream,
+        )))
+    }
+
+    /// Hands out free chunk `id` of sub-arena `me` (`st`, locked, with the global lock held:
+    /// the quota is rebalanced at once if it must be).
+    #[allow(clippy::too_many_arguments)]
+    fn take_locked<'a>(
+        &'a self,
+        st: &mut State,
+        global: &mut Option<MutexGuard<'a, Global>>,
+        me: usize,
+        id: u32,
+        rounded: u64,
+        size: u64,
+        stream: Option<&Stream>,
+    ) -> u64 {
+        let consumer = stream.map_or(0, Stream::id);
+        let chunk_size = st.chunks.get(id).size;
+        let split = st.splits(chunk_size, rounded, self.split_waste);
+        let charge = if split { rounded } else { chunk_size };
+        // With the global lock held the quota is always made to fit (`Admit::Fits`).
+        let frozen = self.subs.admit(global, me, st, charge);
+        let sync_id = stream.map_or(0, Stream::sync_id);
+        let addr = st.take(id, rounded, size, consumer, sync_id, split);
+        drop(frozen);
+        if let Some(stream) = stream {
+            self.tag_with(st, stream);
+        }
+        addr
+    }
+
+    /// Maps pages in `st` (sub-arena `me`, locked, with the global lock held) for `rounded`
+    /// bytes and returns the free chunk of exactly those bytes; the budget and the directory
+    /// follow.
+    fn map_in(
+        &self,
+        vm: &dyn VirtualMemory,
+        me: usize,
+        st: &mut State,
+        rounded: u64,
+        size: u64,
+        stream: Option<&Stream>,
+    ) -> Result<u32> {
+        debug_assert_eq!(st.index() as usize, me);
+        let consumer = stream.map_or(0, Stream::id);
+        let before = st.held();
+        let region_id = || self.subs.next_region_id();
+        let elsewhere = Elsewhere {
+            config: &self.config,
+            held: self.subs.held().saturating_sub(before),
+            region_id: &region_id,
+        };
+        // The sub-arena's lock before the stream's clock (the lock order).
+        let clock = stream.map(Stream::clock);
+        let grown = st.vm_grow_and_find(vm, &elsewhere, rounded, size, consumer, clock.as_deref());
+        drop(clock);
+        self.subs.follow_budget(before, st.held());
+        self.sync_directory(st);
+        grown
+    }
+
+    /// The sub-arenas other than `me` that were ever used.
+    fn others(&self, me: usize) -> impl Iterator<Item = &crate::arena::lock::ArenaLock<State>> {
+        self.others_indexed(me).map(|(_, s)| s)
+    }
+
+    /// As [`Arena::others`], with their indices.
+    fn others_indexed(
+        &self,
+        me: usize,
+    ) -> impl Iterator<Item = (usize, &crate::arena::lock::ArenaLock<State>)> {
+        self.subs
+            .used()
+            .filter(move |&t| t != me)
+            .filter_map(|t| self.subs.get(t).map(|s| (t, s)))
+    }
+
+    /// A free mapped chunk of another sub-arena for `stream`, under the global lock: of an
+    /// idle one (`idle`: nothing in use there when looked at), any chunk the stream may take;
+    /// of a busy one, only a chunk of the stream itself (a backward pass on another thread than
+    /// its forward pass, on one stream). Chunks of a busy thread's part that merely may be
+    /// taken stay its own: taken, they would come back there on every free, and the thread
+    /// that took them would miss and take again on every allocation.
+    fn steal<'a>(
+        &'a self,
+        me: usize,
+        idle: &[usize],
+        rounded: u64,
+        size: u64,
+        stream: Option<&Stream>,
+        global: &mut Option<MutexGuard<'a, Global>>,
+    ) -> Option<u64> {
+        let consumer = stream.map_or(0, Stream::id);
+        for (t, sub) in self.others_indexed(me) {
+            let mut st = sub.lock();
+            let from_idle = idle.contains(&t);
+            let id = if from_idle {
+                st.find(rounded, consumer, stream)
+            } else if consumer != 0 {
+                st.find_of_stream(rounded, consumer)
+            } else {
+                None
             };
+            let Some(id) = id else { continue };
             let chunk_size = st.chunks.get(id).size;
             let split = st.splits(chunk_size, rounded, self.split_waste);
             let charge = if split { rounded } else { chunk_size };
-            let frozen = match self.subs.admit(&mut global, 0, &mut st, charge) {
-                Admit::Fits(frozen) => frozen,
-                // Not with the global lock held; search again if it were.
-                Admit::Retry => continue,
+            // The global lock is held: the quota is rebalanced at once if it must be.
+            let Admit::Fits(frozen) = self.subs.admit(global, t, &mut st, charge) else {
+                continue;
             };
             let sync_id = stream.map_or(0, Stream::sync_id);
             let addr = st.take(id, rounded, size, consumer, sync_id, split);
+            if from_idle {
+                // Still idle for the next thread that misses: its own thread uses none of it.
+                st.mark_foreign(id);
+            }
             drop(frozen);
-            drop(global);
             if let Some(stream) = stream {
                 self.tag_with(&mut st, stream);
             }
-            return Ok(Some(addr));
+            return Some(addr);
+        }
+        None
+    }
+
+    /// Tells the directory of the ranges `st` reserved or gave back, so that frees from other
+    /// threads and copies find their owner.
+    pub(in crate::arena::bfc) fn sync_directory(&self, st: &mut State) {
+        for (base, size, reserved) in st.take_range_changes() {
+            if reserved {
+                self.subs.directory.insert(base, size, st.index());
+            } else {
+                self.subs.directory.remove(base);
+            }
         }
     }
 
-    /// A reserve in virtual-memory mode: from the raw allocator under sub-arena 0's lock (and
-    /// the global lock), so that mapping pages and reserves share one budget exactly; out of
-    /// memory, the wholly free pages are unmapped and it is tried once more (decision 7).
+    /// Every sub-arena's wholly free pages unmapped and idle ranges given back (shrink and
+    /// decision 7). Returns how many runs went back and the first error.
+    pub(in crate::arena::bfc) fn vm_release_everywhere(
+        &self,
+        vm: &dyn VirtualMemory,
+    ) -> (usize, Option<ArenaError>) {
+        let (mut released, mut first_err) = (0, None);
+        for t in self.subs.used().collect::<Vec<_>>() {
+            let Some(sub) = self.subs.get(t) else {
+                continue;
+            };
+            let mut st = sub.lock();
+            if st.check_live().is_err() {
+                continue;
+            }
+            let before = st.held();
+            let (n, err) = st.vm_release_all_free(vm);
+            self.subs.follow_budget(before, st.held());
+            self.sync_directory(&mut st);
+            released += n;
+            if let Some(e) = err {
+                first_err.get_or_insert(e);
+            }
+        }
+        (released, first_err)
+    }
+
+    /// A reserve in virtual-memory mode: from the raw allocator under this thread's
+    /// sub-arena's lock (and the global lock), so that mapping pages and reserves share one
+    /// budget exactly; out of memory, every sub-arena's wholly free pages are unmapped and it
+    /// is tried once more (decision 7).
     pub(in crate::arena::bfc) fn reserve_vm(
         &self,
         vm: &dyn VirtualMemory,
         size: u64,
     ) -> Result<Option<u64>> {
-        let sub = self.subs.get_or_make(0);
+        let me = self.me();
+        let sub = self.subs.get_or_make(me);
         let mut global = Some(self.subs.global());
-        let mut st = sub.lock();
-        st.check_live()?;
+        sub.lock().check_live()?;
         let addr = match self.raw_reserve(size) {
             Err(e @ ArenaError::OutOfMemory { .. }) => {
-                let before = st.held();
-                let (released, _) = st.vm_release_all_free(vm);
-                self.subs.follow_budget(before, st.held());
-                if released == 0 {
+                if self.vm_release_everywhere(vm).0 == 0 {
                     return Err(e);
                 }
-                st.reset_growth(&self.config);
+                sub.lock().reset_growth(&self.config);
                 self.raw_reserve(size)?
             }
             other => other?,
         };
-        let frozen = match self.subs.admit(&mut global, 0, &mut st, size) {
+        let mut st = sub.lock();
+        let frozen = match self.subs.admit(&mut global, me, &mut st, size) {
             Admit::Fits(frozen) => frozen,
             Admit::Retry => {
                 // Not with the global lock held; give the memory back if it were.
@@ -141,7 +398,7 @@ impl<R: RawAllocator> Arena<R> {
         st.stats.total_allocated += size;
         drop(frozen);
         drop(global);
-        self.subs.directory.insert(addr, size, 0);
+        self.subs.directory.insert(addr, size, me as u32);
         Ok(Some(addr))
     }
 }
