@@ -38,8 +38,9 @@
 //! regions), so the common path is the region mode's per-thread one; what the arena holds
 //! follows what all sub-arenas use, not each one's own peak (`bfc/vm/paths.rs`): past the
 //! arena-wide headroom a miss takes another sub-arena's free mapped chunk, then unmaps the
-//! others' free pages, before it maps more. Pages are mapped under the sub-arena's lock and the
-//! global one; stats, shrink and decision 7 cover every sub-arena.
+//! others' free pages, before it maps more. Pages are mapped under the sub-arena's lock alone
+//! (and the global one too where `arena.max_mem` is set, so the budget stays exact); stats,
+//! shrink and decision 7 cover every sub-arena.
 
 mod allocator;
 mod by_address;

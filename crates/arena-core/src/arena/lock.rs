@@ -73,6 +73,13 @@ impl<T> ArenaLock<T> {
         std::ptr::from_ref(self).addr()
     }
 
+    /// The lock, if it is free now.
+    #[inline]
+    pub fn try_lock(&self) -> Option<ArenaGuard<'_, T>> {
+        // Lazily: a guard made and dropped for nothing would release a lock another holds.
+        self.try_take().then(|| ArenaGuard { lock: self })
+    }
+
     /// Waits for the lock and takes it.
     #[inline]
     pub fn lock(&self) -> ArenaGuard<'_, T> {
@@ -155,6 +162,16 @@ impl<T> Drop for ArenaGuard<'_, T> {
 mod tests {
     use super::*;
     use std::sync::Arc;
+
+    #[test]
+    fn a_try_lock_that_fails_leaves_the_lock_held() {
+        let lock = ArenaLock::new(0u64);
+        let held = lock.lock();
+        assert!(lock.try_lock().is_none());
+        assert!(lock.try_lock().is_none(), "still held by the first guard");
+        drop(held);
+        assert!(lock.try_lock().is_some());
+    }
 
     #[test]
     fn increments_from_many_threads_are_not_lost() {

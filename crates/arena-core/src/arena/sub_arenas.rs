@@ -64,6 +64,9 @@ pub(crate) struct Global {
     /// across sub-arenas when pages were about to be mapped, since the last shrink: the peak
     /// the arena-wide headroom follows (`vm/paths.rs`).
     pub(crate) vm_peak: u64,
+    /// Virtual-memory mode: by sub-arena, its requested chunk bytes in use and whether it was
+    /// idle when last looked at (a sub-arena busy mapping pages is not waited for).
+    pub(crate) vm_seen: Vec<(u64, bool)>,
 }
 
 impl HasLedger for Global {
@@ -113,6 +116,7 @@ impl SubArenas {
                 ledger: Ledger::new(MAX_SUB_ARENAS),
                 retired: false,
                 vm_peak: 0,
+                vm_seen: vec![(0, true); MAX_SUB_ARENAS],
             }),
             directory: Directory::default(),
             held: AtomicU64::new(0),

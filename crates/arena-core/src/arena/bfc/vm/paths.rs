@@ -15,6 +15,9 @@ enum Mapped {
     Taken(u64),
     /// Search again: memory was freed meanwhile, or other streams' events were waited for.
     Again(Waited),
+    /// Search again with the global lock held through the mapping (out of memory without
+    /// it: decision 7 across sub-arenas needs it).
+    Exact(Waited),
 }
 
 impl<R: RawAllocator> Arena<R> {
@@ -31,11 +34,12 @@ impl<R: RawAllocator> Arena<R> {
         size: u64,
         stream: Option<&Stream>,
     ) -> Result<Option<u64>> {
-        let mut waited = Waited::Nothing;
+        let (mut waited, mut exact) = (Waited::Nothing, false);
         loop {
-            match self.map_for(vm, me, rounded, size, stream, waited)? {
+            match self.map_for(vm, me, rounded, size, stream, waited, exact)? {
                 Mapped::Taken(addr) => return Ok(Some(addr)),
                 Mapped::Again(next) => waited = next,
+                Mapped::Exact(next) => (waited, exact) = (next, true),
             }
         }
     }
@@ -46,6 +50,7 @@ impl<R: RawAllocator> Arena<R> {
     /// free chunk of another sub-arena serves first ([`Arena::steal`]); past the churn
     /// ceiling, the others' wholly free pages are unmapped to make room; then pages are
     /// mapped in `me` (decision 7 across sub-arenas when the device refuses).
+    #[allow(clippy::too_many_arguments)]
     fn map_for(
         &self,
         vm: &dyn VirtualMemory,
@@ -54,6 +59,7 @@ impl<R: RawAllocator> Arena<R> {
         size: u64,
         stream: Option<&Stream>,
         waited: Waited,
+        exact: bool,
     ) -> Result<Mapped> {
         let consumer = stream.map_or(0, Stream::id);
         let sub = self.subs.get_or_make(me);
@@ -87,39 +93,33 @@ impl<R: RawAllocator> Arena<R> {
             }
         };
         if let Some(id) = id {
-            return Ok(Mapped::Taken(self.take_locked(
-                &mut st,
-                &mut global,
-                me,
-                id,
-                rounded,
-                size,
-                stream,
-            )));
+            return Ok(self
+                .take_locked(&mut st, &mut global, me, id, rounded, size, stream)
+                .map_or(Mapped::Again(waited), Mapped::Taken));
         }
-        // Each other sub-arena looked at alone (the global lock's holder may lock any number
-        // of them): the policy needs no single instant.
+        // Each other sub-arena looked at alone, if its lock is free (one mapping pages holds
+        // it through driver calls): else what it showed last. The policy needs no instant.
         let (mut elsewhere_in_use, mut busy) = (0u64, 1u64);
         let mut idle = Vec::new();
+        let Some(g) = global.as_deref_mut() else {
+            return Ok(Mapped::Again(waited));
+        };
         for (t, other) in self.others_indexed(me) {
-            let o = other.lock();
-            let in_use = o.requested_chunk_bytes();
+            if let Some(o) = other.try_lock() {
+                g.vm_seen[t] = (o.requested_chunk_bytes(), o.vm_idle());
+            }
+            let (in_use, was_idle) = g.vm_seen[t];
             elsewhere_in_use += in_use;
             busy += u64::from(in_use > 0);
-            if o.vm_idle() {
+            if was_idle {
                 idle.push(t);
             }
         }
-        let peak = match global.as_deref_mut() {
-            Some(g) => {
-                let now = elsewhere_in_use
-                    .saturating_add(st.requested_chunk_bytes())
-                    .saturating_add(rounded);
-                g.vm_peak = g.vm_peak.max(now);
-                g.vm_peak
-            }
-            None => 0,
-        };
+        let now = elsewhere_in_use
+            .saturating_add(st.requested_chunk_bytes())
+            .saturating_add(rounded);
+        g.vm_peak = g.vm_peak.max(now);
+        let peak = g.vm_peak;
         // Each sub-arena with memory in use may hold a partly used page past the headroom:
         // what a part per thread costs at page granularity (a single arena has that page
         // once), and what keeps a thread whose working set is under a page on its own path.
@@ -151,6 +151,26 @@ impl<R: RawAllocator> Arena<R> {
             }
             st = sub.lock();
             st.check_live()?;
+        }
+        if !exact && self.config.max_mem == u64::MAX {
+            // No budget to keep exact: the driver calls run under this sub-arena's lock only,
+            // so threads mapping pages at once do not wait for each other.
+            drop(global);
+            let id = match self.map_in(vm, me, &mut st, rounded, size, stream) {
+                Ok(id) => id,
+                // Decision 7 across sub-arenas and waiting for other streams need the global
+                // lock: again, with it held throughout.
+                Err(ArenaError::OutOfMemory { .. }) => return Ok(Mapped::Exact(waited)),
+                Err(e) => return Err(e),
+            };
+            let mut none = None;
+            return Ok(
+                match self.take_locked(&mut st, &mut none, me, id, rounded, size, stream) {
+                    Some(addr) => Mapped::Taken(addr),
+                    // The quota needs the global lock: the chunk waits, free, for the next try.
+                    None => Mapped::Again(waited),
+                },
+            );
         }
         let mut grown = self.map_in(vm, me, &mut st, rounded, size, stream);
         if matches!(grown, Err(ArenaError::OutOfMemory { .. })) {
@@ -184,19 +204,14 @@ impl<R: RawAllocator> Arena<R> {
             }
             Err(e) => return Err(e),
         };
-        Ok(Mapped::Taken(self.take_locked(
-            &mut st,
-            &mut global,
-            me,
-            id,
-            rounded,
-            size,
-            stream,
-        )))
+        Ok(self
+            .take_locked(&mut st, &mut global, me, id, rounded, size, stream)
+            .map_or(Mapped::Again(waited), Mapped::Taken))
     }
 
-    /// Hands out free chunk `id` of sub-arena `me` (`st`, locked, with the global lock held:
-    /// the quota is rebalanced at once if it must be).
+    /// Hands out free chunk `id` of sub-arena `me` (`st`, locked), rebalancing the quota if
+    /// it must (with the global lock in `global`, or taken without waiting). `None`: the quota
+    /// needs the global lock, which another thread holds; nothing changed.
     #[allow(clippy::too_many_arguments)]
     fn take_locked<'a>(
         &'a self,
@@ -207,20 +222,21 @@ impl<R: RawAllocator> Arena<R> {
         rounded: u64,
         size: u64,
         stream: Option<&Stream>,
-    ) -> u64 {
+    ) -> Option<u64> {
         let consumer = stream.map_or(0, Stream::id);
         let chunk_size = st.chunks.get(id).size;
         let split = st.splits(chunk_size, rounded, self.split_waste);
         let charge = if split { rounded } else { chunk_size };
-        // With the global lock held the quota is always made to fit (`Admit::Fits`).
-        let frozen = self.subs.admit(global, me, st, charge);
+        let Admit::Fits(frozen) = self.subs.admit(global, me, st, charge) else {
+            return None;
+        };
         let sync_id = stream.map_or(0, Stream::sync_id);
         let addr = st.take(id, rounded, size, consumer, sync_id, split);
         drop(frozen);
         if let Some(stream) = stream {
             self.tag_with(st, stream);
         }
-        addr
+        Some(addr)
     }
 
     /// Maps pages in `st` (sub-arena `me`, locked, with the global lock held) for `rounded`
