@@ -963,3 +963,28 @@ fn two_streams_taking_turns_on_one_buffer_unmap_and_map_nothing_after_the_first_
     assert!(waits > 0, "the device was waited for instead");
     assert!(held <= 66 * MIB, "the buffer once: {held} bytes mapped");
 }
+
+#[test]
+fn memory_one_thread_mapped_is_written_read_and_freed_from_another() {
+    // Each thread's sub-arena maps pages in ranges of its own: another thread finds them
+    // through the arena's directory, for copies and frees alike.
+    let raw = HostAllocator::new(DeviceLimits::with_total(256 * MIB));
+    let vm: Arc<dyn VirtualMemory> = Arc::new(raw.vm());
+    let a = Arc::new(Arena::with_virtual_memory(raw, vm, ArenaConfig::default()).expect("arena"));
+    let mapper = Worker::new();
+    let a1 = a.clone();
+    let p = mapper.run(move || {
+        let p = alloc(&*a1, 3 * MIB);
+        a1.fill(p, 0x5A, 3 * MIB).expect("own memory");
+        p
+    });
+    let mut back = vec![0u8; 4096];
+    a.read(p + 2 * MIB, &mut back)
+        .expect("found from this thread");
+    assert!(back.iter().all(|&b| b == 0x5A));
+    a.write(p, &[1, 2, 3]).expect("found from this thread");
+    a.free(p).expect("freed from this thread");
+    assert_eq!(code(a.free(p)), "ERR_ARENA_UNKNOWN_POINTER", "once");
+    a.check_invariants().expect("consistent");
+    assert_eq!(a.stats().in_use, 0);
+}
