@@ -100,9 +100,30 @@ test('on host, written bytes read back while the pages around them are unmapped'
   f.releaseAllocator(a)
 })
 
-test('streams keep their rule in virtual-memory mode', (t) => {
+test('past the headroom a stream takes another stream\'s free chunk after a wait for the device, mapping nothing', (t) => {
   const f = factory('virtual')
   const a = f.createAllocator({ name: 'Cuda' }, { useVirtualMemory: true })
+  const s = f.createStream(0)
+  const u = f.createStream(0)
+  const p = a.allocOnStream!(2n * MIB, s)!
+  a.free(p)
+  const held = a.getStats().totalAllocated
+  // Mapping 2 MiB more would pass the 2 % headroom: unmapping s's page would wait for the
+  // device anyway, so the arena waits and hands the chunk over instead.
+  const q = a.allocOnStream!(2n * MIB, u)!
+  t.is(q, p)
+  t.is(a.getStats().totalAllocated, held, 'no pages mapped')
+  t.is(a.getStats().numArenaShrinkages, 0n, 'none unmapped')
+  a.free(q)
+  s.release()
+  u.release()
+  f.releaseAllocator(a)
+})
+
+test('streams keep their rule in virtual-memory mode', (t) => {
+  const f = factory('virtual')
+  // Headroom for both chunks: no reason to wait for the device.
+  const a = f.createAllocator({ name: 'Cuda' }, { useVirtualMemory: true, vmPeakHeadroomPercent: 100 })
   const s = f.createStream(0)
   const u = f.createStream(0)
   // Whole 2 MiB pages, so no free remainder of a page competes with s's chunk.

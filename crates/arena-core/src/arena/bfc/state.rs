@@ -121,6 +121,8 @@ impl State {
         self.lent.clear();
         self.peak_chunk_bytes = 0;
         self.dead_bytes = 0;
+        self.foreign_in_use = 0;
+        self.range_changes.clear();
         self.quota = 0;
         self.hosted.take_all()
     }
