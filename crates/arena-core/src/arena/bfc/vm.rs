@@ -208,6 +208,9 @@ pub(super) struct Elsewhere<'a> {
     pub(super) held: u64,
     /// A new region id, unique across sub-arenas.
     pub(super) region_id: &'a dyn Fn() -> u64,
+    /// Mapped bytes this sub-arena may hold whatever its own headroom says: while other
+    /// threads' sub-arenas are busy too, what the arena-wide ceiling leaves it (0: none).
+    pub(super) cap_floor: u64,
 }
 
 /// Which free pages an unmapping pass looks at.
@@ -364,7 +367,7 @@ impl State {
         let need = planned.map_or(rounded.saturating_add(page - 1) & !(page - 1), |p| {
             p.m1 - p.m0
         });
-        if need > 0 && self.vm_would_unmap(need, rounded) {
+        if need > 0 && self.vm_would_unmap(need, rounded, elsewhere.cap_floor) {
             let (chunks, hosted) = (&self.chunks, &self.hosted);
             let any = self.bins.best_fit_any(rounded, |id| {
                 reusable(chunks.get(id), consumer, hosted, clock)
@@ -403,7 +406,7 @@ impl State {
                 }
             }
         };
-        let id = match self.vm_map(vm, elsewhere.config, elsewhere.held, plan, rounded, size) {
+        let id = match self.vm_map(vm, elsewhere, plan, rounded, size) {
             Ok(id) => id,
             Err(e) => {
                 if let Some(slot) = new_range {
@@ -417,14 +420,14 @@ impl State {
 
     /// Whether mapping `need` more bytes for a chunk of `rounded` bytes would pass the
     /// headroom over the peak.
-    fn vm_would_unmap(&self, need: u64, rounded: u64) -> bool {
+    fn vm_would_unmap(&self, need: u64, rounded: u64, floor: u64) -> bool {
         let Some(p) = self.pages.as_deref() else {
             return false;
         };
         let peak = self
             .peak_chunk_bytes
             .max(self.requested_chunk_bytes().saturating_add(rounded));
-        p.pages.mapped_bytes().saturating_add(need) > p.cap(peak)
+        p.pages.mapped_bytes().saturating_add(need) > p.cap(peak).max(floor)
     }
 
     /// The place for `rounded` bytes for stream `consumer` that needs the fewest pages
@@ -570,8 +573,7 @@ impl State {
     fn vm_map(
         &mut self,
         vm: &dyn VirtualMemory,
-        config: &ArenaConfig,
-        held_elsewhere: u64,
+        elsewhere: &Elsewhere<'_>,
         plan: Plan,
         rounded: u64,
         size: u64,
@@ -585,6 +587,7 @@ impl State {
             ceil_to(plan.w0 + rounded, base, page),
         ));
         if need > 0 {
+            let (config, held_elsewhere) = (elsewhere.config, elsewhere.held);
             // The budget: mapped pages count as held, in every sub-arena.
             let held = self.stats.total_allocated.saturating_add(held_elsewhere);
             if held.saturating_add(need) > config.max_mem {
@@ -617,7 +620,7 @@ impl State {
             let peak = self
                 .peak_chunk_bytes
                 .max(self.requested_chunk_bytes().saturating_add(rounded));
-            let cap = p.cap(peak);
+            let cap = p.cap(peak).max(elsewhere.cap_floor);
             let mapped = p.pages.mapped_bytes();
             if mapped.saturating_add(need) > cap {
                 self.vm_unmap_free(vm, keep, mapped + need - cap, Scan::Headroom);
