@@ -3,9 +3,11 @@
 //! own as in the region mode; what the arena holds follows what all of them use. A sub-arena
 //! with no free chunk that fits maps pages only as far as the arena-wide headroom allows (over
 //! the most chunk bytes seen in use across sub-arenas); past it, it first takes a free mapped
-//! chunk of another sub-arena (memory an idle thread left, or another thread freed), then
-//! unmaps wholly free pages of the others to make room. So a pool's threads taking turns, or a
-//! backward pass on another thread than its forward pass, hold the live set once.
+//! chunk of another sub-arena (memory an idle thread left, or another thread freed), then,
+//! past the churn ceiling, unmaps wholly free pages of the others to make room; while other
+//! sub-arenas are busy too, it maps within that ceiling rather than its own headroom. So a
+//! pool's threads taking turns, or a backward pass on another thread than its forward pass,
+//! hold the live set once, and threads busy at once keep their own memory.
 
 use super::super::*;
 use super::Elsewhere;
