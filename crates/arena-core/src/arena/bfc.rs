@@ -541,10 +541,7 @@ impl<R: RawAllocator> Arena<R> {
                 Err(e) => return Err(e),
             }
         }
-        let mut global = None;
-        let taken = self.take_from_others(me, rounded, size, consumer, stream, &mut global);
-        drop(global);
-        if let Some(addr) = taken {
+        if let Some(addr) = self.take_from_others(me, rounded, size, consumer, stream) {
             return Ok(Some(addr));
         }
         if *waited != Waited::Finished {

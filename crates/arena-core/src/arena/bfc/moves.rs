@@ -107,25 +107,24 @@ impl<R: RawAllocator> Arena<R> {
     }
 
     /// A chunk `consumer` may take from a sub-arena other than `me`, if any has one that fits.
-    /// `global`: the global lock if the caller holds it (kept), else taken here if a quota
-    /// needs it (left for the caller to drop). The caller holds no sub-arena lock.
-    pub(super) fn take_from_others<'a>(
-        &'a self,
+    pub(super) fn take_from_others(
+        &self,
         me: usize,
         rounded: u64,
         size: u64,
         consumer: StreamId,
         stream: Option<&Stream>,
-        global: &mut Option<MutexGuard<'a, Global>>,
     ) -> Option<u64> {
+        let mut global = None;
         for t in self.subs.used().filter(|&t| t != me) {
             loop {
-                match self.try_take(t, rounded, size, consumer, stream, global) {
+                match self.try_take(t, rounded, size, consumer, stream, &mut global) {
                     Attempt::Taken(addr) => return Some(addr),
                     Attempt::Again => continue,
                     Attempt::NoFit => break,
                 }
             }
+            global = None;
         }
         None
     }

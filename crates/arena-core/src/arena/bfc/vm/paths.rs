@@ -326,22 +326,13 @@ impl<R: RawAllocator> Arena<R> {
                 None
             };
             let Some(id) = id else { continue };
-            let chunk_size = st.chunks.get(id).size;
-            let split = st.splits(chunk_size, rounded, self.split_waste);
-            let charge = if split { rounded } else { chunk_size };
             // The global lock is held: the quota is rebalanced at once if it must be.
-            let Admit::Fits(frozen) = self.subs.admit(global, t, &mut st, charge) else {
+            let Some(addr) = self.take_locked(&mut st, global, t, id, rounded, size, stream) else {
                 continue;
             };
-            let sync_id = stream.map_or(0, Stream::sync_id);
-            let addr = st.take(id, rounded, size, consumer, sync_id, split);
             if from_idle {
                 // Still idle for the next thread that misses: its own thread uses none of it.
                 st.mark_foreign(id);
-            }
-            drop(frozen);
-            if let Some(stream) = stream {
-                self.tag_with(&mut st, stream);
             }
             return Some(addr);
         }
