@@ -212,19 +212,28 @@ test('a trace element with a bad op, id, size or stream is an invalid argument n
   throwsCode(t, () => replayTrace(a, [], { colour: 1 } as never), INVALID, 'unknown option')
 })
 
+const twoStreams = (s1: number, s2: number): TraceOp[] => [
+  { op: 'alloc', id: 1, size: 2 ** 20, stream: s1 },
+  { op: 'free', id: 1 },
+  { op: 'alloc', id: 2, size: 2 ** 20, stream: s2 },
+  { op: 'free', id: 2 },
+]
+
 test('replayTrace allocates stream N on the Nth given stream', (t) => {
-  // A chunk freed on stream 1 is not taken by stream 2 (it never waited on stream 1), so the
-  // arena grows; without streams the freed chunk is reused.
-  const trace = (s1: number, s2: number): TraceOp[] => [
-    { op: 'alloc', id: 1, size: 2 ** 20, stream: s1 },
-    { op: 'free', id: 1 },
-    { op: 'alloc', id: 2, size: 2 ** 20, stream: s2 },
-    { op: 'free', id: 2 },
-  ]
-  const onStreams = replayTrace(factory('virtual').createAllocator({ name: 'Cuda' }), trace(1, 2), { streams: 2, trackPeaks: true })
-  const noStreams = replayTrace(factory('virtual').createAllocator({ name: 'Cuda' }), trace(0, 0), { trackPeaks: true })
+  // In the region arena (ORT's rule) a chunk freed on stream 1 is not taken by stream 2 (it
+  // never waited on stream 1), so the arena grows; without streams the freed chunk is reused.
+  const region = { useVirtualMemory: false }
+  const onStreams = replayTrace(factory('virtual').createAllocator({ name: 'Cuda' }, region), twoStreams(1, 2), { streams: 2, trackPeaks: true })
+  const noStreams = replayTrace(factory('virtual').createAllocator({ name: 'Cuda' }, region), twoStreams(0, 0), { trackPeaks: true })
   t.is(noStreams.peakHeld, 2 ** 20)
   t.true(onStreams.peakHeld > noStreams.peakHeld)
+})
+
+test('in the default mode, stream 2 is served from the page stream 1 mapped: nothing grows', (t) => {
+  const onStreams = replayTrace(factory('virtual').createAllocator({ name: 'Cuda' }), twoStreams(1, 2), { streams: 2, trackPeaks: true })
+  const noStreams = replayTrace(factory('virtual').createAllocator({ name: 'Cuda' }), twoStreams(0, 0), { trackPeaks: true })
+  t.is(noStreams.peakHeld, 2 ** 21, 'one 2 MiB page')
+  t.is(onStreams.peakHeld, noStreams.peakHeld)
 })
 
 test('a replay that ends with allocations live says how many, and frees them', (t) => {
@@ -296,8 +305,10 @@ test('an invalid UTF-8 byte is an error naming its line, and --lenient skips tha
 test('"stream": N lines replay on trace stream N (item 16)', (t) => {
   const streams = file('streams.jsonl', [ALLOC(1, 2 ** 20, 7), FREE(1), ALLOC(2, 2 ** 20, 9), FREE(2)].join('\n') + '\n')
   const none = file('nostreams.jsonl', [ALLOC(1, 2 ** 20, 0), FREE(1), ALLOC(2, 2 ** 20, 0), FREE(2)].join('\n') + '\n')
-  const a = cli('replay', streams, '--backend', 'virtual', '--json')
-  const b = cli('replay', none, '--backend', 'virtual', '--json')
+  // The region arena keeps ORT's rule: no stream takes another's free chunk before a reset.
+  const region = ['--config', 'arena.use_virtual_memory=0']
+  const a = cli('replay', streams, '--backend', 'virtual', '--json', ...region)
+  const b = cli('replay', none, '--backend', 'virtual', '--json', ...region)
   t.is(a.code, 0, a.err)
   t.is(b.code, 0, b.err)
   const held = (r: Run): number => (JSON.parse(r.out) as { runs: { peakHeld: number }[] }).runs[0].peakHeld

@@ -26,7 +26,7 @@ test('the typed virtual-memory fields give the raw arena.vm_* pairs', (t) => {
   t.is(raw['arena.vm_churn_headroom_percent'], '0')
   t.is(raw['arena.vm_map_unit_bytes'], '0')
   const defaults = parseArenaConfig({})
-  t.is(defaults['arena.use_virtual_memory'], '0', 'opt-in')
+  t.is(defaults['arena.use_virtual_memory'], '1', 'the default device arena maps pages (issue 25)')
   t.is(defaults['arena.vm_peak_headroom_percent'], '2')
   t.is(defaults['arena.vm_churn_headroom_percent'], '30')
   t.is(defaults['arena.vm_map_unit_bytes'], '67108864')

@@ -35,7 +35,7 @@ export interface ArenaConfig {
    * `arena.use_virtual_memory`: the device arena lives in one reserved address range and maps
    * pages on demand, unmapping wholly free ones (docs/virtual-memory.md); pinned and CPU arenas
    * ignore it, and a device without virtual-memory management gets the region arena with a
-   * warning. Default false.
+   * warning. Default true (issue 25); `false` gives ONNX Runtime's region arena bit for bit.
    */
   useVirtualMemory?: boolean
   /** `arena.vm_page_size_bytes`: 0 for the backend's granularity (2 MiB on an H100), else a power of two up to 1 GiB that is a multiple of it. Default 0. */

@@ -270,7 +270,10 @@ fn the_virtual_memory_keys_are_parsed_into_their_fields() {
         "an explicit 0 is kept, not treated as unset"
     );
     let d = ArenaConfig::default();
-    assert!(!d.use_virtual_memory, "the mode is opt-in");
+    assert!(
+        d.use_virtual_memory,
+        "the default device arena maps pages (issue 25)"
+    );
     assert_eq!(
         (
             d.vm_page_size_bytes,

@@ -139,17 +139,17 @@ fn differing_options_keep_the_arena_and_warn_naming_the_keys() {
 fn replace_makes_a_new_arena_with_the_new_options() {
     let f = factory(SimKind::Virtual, 1);
     let old = f
-        .create_allocator(cuda(0), Some(&config(&[("arena.max_mem", "1048576")])))
+        .create_allocator(cuda(0), Some(&config(&[("arena.max_mem", "4194304")])))
         .expect("created");
     let new = f
         .create_shared_allocator(
             cuda(0),
-            Some(&config(&[("arena.max_mem", "2097152")])),
+            Some(&config(&[("arena.max_mem", "8388608")])),
             true,
         )
         .expect("replaced");
     assert!(!Arc::ptr_eq(&old.allocator, &new.allocator));
-    assert_eq!(new.allocator.stats().limit, 2 << 20);
+    assert_eq!(new.allocator.stats().limit, 8 << 20);
     assert_eq!(f.users(SharedKind::DeviceArena, 0), 1);
     let p = alloc(&*old.allocator, 4096);
     assert!(old.allocator.stats().total_allocated > 0);

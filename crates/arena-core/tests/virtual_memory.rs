@@ -648,6 +648,62 @@ fn a_backend_without_virtual_memory_gets_the_region_arena_and_a_warning() {
     c.allocator.free(p).expect("live");
 }
 
+#[test]
+fn the_default_config_gives_the_device_arena_in_virtual_memory_mode() {
+    let f = Factory::new(
+        "vm-default",
+        Arc::new(SimBackend::new(SimKind::Virtual, &[])),
+    );
+    let c = f
+        .create_allocator(MemoryInfo::new(MemoryKind::Cuda, 0), None)
+        .expect("arena");
+    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    let p = alloc(&*c.allocator, 1000);
+    assert_eq!(
+        c.allocator.stats().total_allocated,
+        2 * MIB,
+        "one 2 MiB page, not a 1 MiB region"
+    );
+    c.allocator.free(p).expect("live");
+    let pinned = f
+        .create_allocator(MemoryInfo::new(MemoryKind::CudaPinned, 0), None)
+        .expect("pinned arena");
+    let q = alloc(&*pinned.allocator, 1000);
+    assert_eq!(
+        pinned.allocator.stats().total_allocated,
+        MIB,
+        "pinned memory keeps regions"
+    );
+    pinned.allocator.free(q).expect("live");
+}
+
+#[test]
+fn the_region_arena_is_one_key_away() {
+    let f = Factory::new("vm-off", Arc::new(SimBackend::new(SimKind::Virtual, &[])));
+    let cfg = config(&[("arena.use_virtual_memory", "0")]);
+    let c = f
+        .create_allocator(MemoryInfo::new(MemoryKind::Cuda, 0), Some(&cfg))
+        .expect("arena");
+    let p = alloc(&*c.allocator, 1000);
+    assert_eq!(c.allocator.stats().total_allocated, MIB, "a 1 MiB region");
+    c.allocator.free(p).expect("live");
+}
+
+#[test]
+fn the_default_config_on_a_backend_without_virtual_memory_gets_the_region_arena() {
+    let f = Factory::new(
+        "vm-default-fallback",
+        Arc::new(NoVm(SimBackend::new(SimKind::Virtual, &[]))),
+    );
+    let c = f
+        .create_allocator(MemoryInfo::new(MemoryKind::Cuda, 0), None)
+        .expect("arena");
+    assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+    let p = alloc(&*c.allocator, 1000);
+    assert_eq!(c.allocator.stats().total_allocated, MIB, "a 1 MiB region");
+    c.allocator.free(p).expect("live");
+}
+
 /// Peak held ÷ peak requested of a sample trace (`cuda-arena replay --sample`: 100,000 ops,
 /// seed 1) on the 80 GiB `virtual` device with 2 MiB pages, as `(held, requested)`.
 fn sample_peaks(kind: &str, pairs: &[(&str, &str)], vm: bool) -> (u64, u64) {

@@ -99,6 +99,8 @@ fn options_are_arena_keys_and_this_factorys_environment_keys_and_nothing_else() 
         &host,
         &[
             ("arena.extend_strategy", "1"),
+            // The region arena, which extend_strategy shapes (issue 25).
+            ("arena.use_virtual_memory", "0"),
             ("ep_factory.ep-options.arena.max_mem", "1048576"),
             ("ep_factory.other-ep.arena.max_mem", "2048"),
             ("session.use_env_allocators", "1"),
@@ -277,7 +279,11 @@ fn run_end_resets_a_streams_chunks_on_that_device_only() {
     let Some(host) = sham(30) else { return };
     let ep = eps(host, "ep-run-end", 2);
     let d0 = Info::cuda(host, 0);
-    let a = unsafe { ep.create_allocator(d0.1, std::ptr::null(), false) }.expect("a");
+    // ORT's own rule, which the region arena keeps bit for bit (the default mode may also
+    // hand the chunk over after waiting for the device: issue 25).
+    let pairs = make_pairs(&host, &[("arena.use_virtual_memory", "0")]);
+    let a = unsafe { ep.create_allocator(d0.1, pairs, false) }.expect("a");
+    unsafe { (api(&host).ReleaseKeyValuePairs)(pairs) };
     let v = the_view(a.allocator);
     let (mut s, mut t) = (FakeStream::new(0x51), FakeStream::new(0x52));
     let p = alloc_on_stream(v, 4096, s.ptr());

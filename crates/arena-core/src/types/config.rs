@@ -156,7 +156,8 @@ pub struct ArenaConfig {
     /// address range, pages mapped on demand, wholly free pages unmapped. Applies where the
     /// backend has a virtual-memory form for device memory ([`crate::Backend::virtual_memory`])
     /// and the arena is made with [`crate::Arena::with_virtual_memory`] (factories do both);
-    /// pinned and CPU arenas ignore it. Default false.
+    /// pinned and CPU arenas ignore it. Default true (issue 25); `false` gives ONNX Runtime's
+    /// region arena bit for bit.
     pub use_virtual_memory: bool,
     /// Page size in bytes: `0` (the default) for the backend's granularity, else a power of
     /// two up to 1 GiB that is a multiple of it.
@@ -197,7 +198,7 @@ impl Default for ArenaConfig {
             use_cuda_mempool: false,
             cuda_mempool_release_threshold: None,
             cuda_mempool_bytes_to_keep_on_shrink: DEFAULT_CUDA_MEMPOOL_BYTES_TO_KEEP_ON_SHRINK,
-            use_virtual_memory: false,
+            use_virtual_memory: true,
             vm_page_size_bytes: 0,
             vm_reserve_bytes: 0,
             vm_unmap_threshold_bytes: None,
