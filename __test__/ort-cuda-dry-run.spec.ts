@@ -24,7 +24,7 @@ ortSerial('the dry run packs, unpacks, passes every GPU test on the CPU provider
     t.is(Number(counts?.[2]), 0)
     t.notRegex(r.stdout, /^not ok/m)
     const table = readFileSync(join(keep, 'out', 'table.md'), 'utf8')
-    for (const allocator of ['ort', 'cuda-arena default', 'cuda-arena virtual memory']) {
+    for (const allocator of ['ort', 'cuda-arena default', 'cuda-arena region arena']) {
       t.regex(table, new RegExp(`\\| ${allocator} \\| \\d+ \\|`), `a row for ${allocator}`)
     }
     const lines = readFileSync(join(keep, 'out', 'results.jsonl'), 'utf8').trim().split('\n')

@@ -340,3 +340,73 @@ fn a_warm_arena_maps_nothing_and_mapping_costs_are_printed() {
     }
     vm.release(base, 1024 * g).expect("empty");
 }
+
+/// Issue 25 on a real device: the default config's device arena, eight threads each on a
+/// stream of its own, each writing what it allocates and handing every other allocation to the
+/// next thread, which reads it back and frees it (PyTorch's autograd thread frees what the main
+/// thread allocated). Every byte reads back; shrink gives the driver every page back.
+#[test]
+#[ignore = "needs a GPU"]
+fn threads_on_their_own_streams_share_the_default_arena_and_free_each_others_memory() {
+    let b = backend();
+    let f = Factory::new("gpu-vmm-threads", b.clone());
+    let c = f
+        .create_allocator(MemoryInfo::new(MemoryKind::Cuda, 0), None)
+        .expect("the default device arena");
+    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    let a = c.allocator;
+    const THREADS: usize = 8;
+    let (senders, receivers): (Vec<_>, Vec<_>) = (0..THREADS)
+        .map(|_| std::sync::mpsc::channel::<(u64, Vec<u8>)>())
+        .unzip();
+    std::thread::scope(|scope| {
+        for (t, rx) in receivers.into_iter().enumerate() {
+            let (a, b) = (a.clone(), b.clone());
+            let next = senders[(t + 1) % THREADS].clone();
+            scope.spawn(move || {
+                let s = b.create_stream(0).expect("stream");
+                for i in 0..200usize {
+                    let size = 1 + (i * 7919 + t * 104_729) % (6 << 20);
+                    let p = a
+                        .alloc_on_stream(size as u64, s.logical())
+                        .expect("fits")
+                        .expect("non-zero");
+                    let data = pattern(size.min(4096), (t * 31 + i) as u8);
+                    a.write(p, &data).expect("write");
+                    if i % 2 == 0 {
+                        next.send((p, data)).expect("next thread alive");
+                    } else {
+                        let mut back = vec![0u8; data.len()];
+                        a.read(p, &mut back).expect("read");
+                        assert_eq!(back, data, "thread {t} allocation {i}");
+                        a.free(p).expect("live");
+                    }
+                }
+                drop(next);
+                s.synchronize().expect("sync");
+                // What the previous thread handed over: read back here, freed here.
+                let mut got = 0;
+                while got < 100 {
+                    let (p, data) = rx.recv().expect("previous thread sends 100");
+                    let mut back = vec![0u8; data.len()];
+                    a.read(p, &mut back).expect("read");
+                    assert_eq!(back, data, "thread {t}'s handed-over allocation");
+                    a.free(p).expect("live");
+                    got += 1;
+                }
+            });
+        }
+        drop(senders);
+    });
+    let s = a.stats();
+    println!(
+        "8 threads: max in use {} MiB, mapped {} MiB before shrink",
+        s.max_in_use / MIB,
+        s.total_allocated / MIB
+    );
+    assert_eq!(s.in_use, 0);
+    a.shrink().expect("shrink");
+    assert_eq!(a.stats().total_allocated, 0, "every page unmapped");
+    assert_eq!(f.device_stats(0).expect("stats").raw_bytes_outstanding, 0);
+    assert_eq!(f.release_allocator(&a), Released::Destroyed);
+}

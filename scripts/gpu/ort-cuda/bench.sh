@@ -8,7 +8,8 @@
 #   bash bench.sh OUT
 # env (set by remote.sh / dry-run.sh): NODE, ORT_CUDA_APP, BENCH_MODEL (bert.onnx, or the MLP in
 #   the dry run); ROUNDS=2; BUDGET_S=480 (no process starts after this many seconds; the table
-#   is made from what ran); ONLY_SCENARIOS="one k4" (a subset, by name).
+#   is made from what ran); ONLY_SCENARIOS="one k4" (a subset, by name); POOL=0 leaves the
+#   memory pool out.
 set -uo pipefail
 OUT=${1:?usage: bench.sh OUT}
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -23,7 +24,7 @@ mkdir -p "$OUT"
 if [ "${ORT_CUDA_DRY:-0}" = 1 ]; then
   KIND=mlp
   SCENARIOS=("one|1|12|64|8|one session, 12 requests of 1-64 rows" "k2|2|6|32|8|2 sessions at once, 6 requests each of 1-32 rows")
-  ALLOCATORS=("ort|ort|" "cuda-arena default|arena|" "cuda-arena virtual memory|arena|arena.use_virtual_memory=1")
+  ALLOCATORS=("ort|ort|" "cuda-arena default|arena|" "cuda-arena region arena|arena|arena.use_virtual_memory=0")
 else
   KIND=bert
   SCENARIOS=(
@@ -32,7 +33,8 @@ else
     "k4|4|60|16|256|K = 4 at once, 60 requests each"
     "k8|8|60|16|256|K = 8 at once, 60 requests each"
   )
-  ALLOCATORS=("ONNX Runtime's own|ort|" "cuda-arena default|arena|" "cuda-arena virtual memory|arena|arena.use_virtual_memory=1" "cuda-arena memory pool|arena|arena.use_cuda_mempool=1")
+  ALLOCATORS=("ONNX Runtime's own|ort|" "cuda-arena default|arena|" "cuda-arena region arena|arena|arena.use_virtual_memory=0")
+  [ "${POOL:-1}" = 1 ] && ALLOCATORS+=("cuda-arena memory pool|arena|arena.use_cuda_mempool=1")
 fi
 
 start=$(date +%s)
