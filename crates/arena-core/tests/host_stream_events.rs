@@ -8,7 +8,7 @@ mod common;
 use common::*;
 use cuda_arena_core::{
     Allocator, Arena, ForeignStreams, SimEvents, Stream, StreamEvents, VirtualAllocator,
-    MAX_PENDING_EVENTS,
+    VirtualMemory, MAX_PENDING_EVENTS,
 };
 use std::sync::Arc;
 
@@ -464,5 +464,40 @@ fn a_miss_polls_only_the_streams_holding_back_a_chunk_that_fits_in_virtual_memor
     let vm: Arc<dyn cuda_arena_core::VirtualMemory> = Arc::new(raw.vm());
     let a = Arena::with_virtual_memory(raw, vm, config(&[])).expect("arena");
     a_miss_polls_only_the_streams_holding_back_a_chunk_that_fits(&a);
+    a.check_invariants().expect("invariants");
+}
+
+/// Issue 25: in the default (virtual-memory) mode, past the headroom, an allocation on T
+/// never waits for the device while host stream S has work pending: S may be held at a gate
+/// only this caller opens later (the GPU suite's test of it deadlocked on a device-wide wait).
+/// T maps pages of its own instead; S's chunk goes to T once S's events say so.
+#[test]
+fn past_the_headroom_another_streams_pending_work_is_never_waited_for() {
+    let sim = SimEvents::new();
+    let events: Arc<dyn StreamEvents> = sim.clone();
+    let f = ForeignStreams::with_events(Some(events));
+    let raw = VirtualAllocator::default().with_granularity(2 * MIB);
+    let vm = raw.vm();
+    let a = Arena::with_virtual_memory(raw, Arc::new(vm.clone()), config(&[])).expect("arena");
+    let (s, t) = (f.get(S).expect("s"), f.get(T).expect("t"));
+    let p = on(&a, &s, MIB);
+    a.free(p).expect("free on S, whose work is still queued");
+    let shrinks = a.stats().num_arena_shrinkages;
+    let q = on(&a, &t, MIB);
+    assert_ne!(q, p, "S's work may still use p");
+    assert_eq!(vm.synchronizations(), 0, "no wait for the device");
+    assert_eq!(
+        a.stats().num_arena_shrinkages,
+        shrinks,
+        "no unmap that waits"
+    );
+    sim.finish(S);
+    a.free(q).expect("free on T");
+    let both = (on(&a, &t, MIB), on(&a, &t, MIB), on(&a, &t, MIB));
+    assert!(
+        [both.0, both.1, both.2].contains(&p),
+        "S's work is done: p serves T"
+    );
+    assert_eq!(vm.synchronizations(), 0);
     a.check_invariants().expect("invariants");
 }

@@ -9,7 +9,7 @@
 # env (set by remote.sh / dry-run.sh): NODE, ORT_CUDA_APP, BENCH_MODEL (bert.onnx, or the MLP in
 #   the dry run); ROUNDS=2; BUDGET_S=480 (no process starts after this many seconds; the table
 #   is made from what ran); ONLY_SCENARIOS="one k4" (a subset, by name); POOL=0 leaves the
-#   memory pool out.
+#   memory pool out; EXTRA="label|arena|k=v,k=v;..." adds configs (diagnostics).
 set -uo pipefail
 OUT=${1:?usage: bench.sh OUT}
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -35,6 +35,9 @@ else
   )
   ALLOCATORS=("ONNX Runtime's own|ort|" "cuda-arena default|arena|" "cuda-arena region arena|arena|arena.use_virtual_memory=0")
   [ "${POOL:-1}" = 1 ] && ALLOCATORS+=("cuda-arena memory pool|arena|arena.use_cuda_mempool=1")
+  # EXTRA="label|arena|k=v,k=v;label|arena|..." adds configs (diagnostics).
+  IFS=';' read -r -a extra <<<"${EXTRA:-}"
+  for e in "${extra[@]}"; do [ -n "$e" ] && ALLOCATORS+=("$e"); done
 fi
 
 start=$(date +%s)

@@ -55,6 +55,12 @@ impl HostedStreams {
         self.find(id).ok().map(|i| &self.0[i].events)
     }
 
+    /// Whether a host stream here has work recorded that its events do not yet say is done
+    /// (as last queried): waiting for the device would wait for it too.
+    pub(crate) fn any_incomplete(&self) -> bool {
+        self.0.iter().any(|e| e.events.has_incomplete())
+    }
+
     /// Whether `id` is a host stream with events that tags chunks here.
     #[inline(always)]
     pub(crate) fn contains(&self, id: StreamId) -> bool {

@@ -383,7 +383,11 @@ impl State {
             let stranded = (consumer != 0)
                 .then(|| self.bins.best_fit_any(rounded, |_| true))
                 .flatten();
-            if let Some(id) = stranded {
+            // Never for a host stream's chunk (its events say when it is free), nor past a host
+            // stream's pending work, as for the headroom's unmaps: that work may wait on this
+            // caller. Then new pages instead.
+            let host = |id: u32| self.hosted.contains(self.chunks.get(id).stream);
+            if let Some(id) = stranded.filter(|&id| !host(id) && !self.hosted.any_incomplete()) {
                 if vm.synchronize().is_ok() {
                     self.unknown_work = false;
                     return Ok(id);

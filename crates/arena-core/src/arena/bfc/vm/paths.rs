@@ -131,7 +131,10 @@ impl<R: RawAllocator> Arena<R> {
         let need = st.vm_pages_for(rounded);
         if self.subs.held().saturating_add(need) > cap {
             drop(st);
-            if let Some(addr) = self.steal(me, &idle, rounded, size, stream, &mut global) {
+            let past_ceiling = self.subs.held().saturating_add(need) > ceiling;
+            if let Some(addr) =
+                self.steal(me, &idle, past_ceiling, rounded, size, stream, &mut global)
+            {
                 return Ok(Mapped::Taken(addr));
             }
             // Threads busy at once keep their own memory (taking each other's chunks, they
@@ -304,11 +307,14 @@ impl<R: RawAllocator> Arena<R> {
     /// of a busy one, only a chunk of the stream itself (a backward pass on another thread than
     /// its forward pass, on one stream). Chunks of a busy thread's part that merely may be
     /// taken stay its own: taken, they would come back there on every free, and the thread
-    /// that took them would miss and take again on every allocation.
+    /// that took them would miss and take again on every allocation), unless the arena is
+    /// `past_ceiling`: then any chunk the stream may take, anywhere.
+    #[allow(clippy::too_many_arguments)]
     fn steal<'a>(
         &'a self,
         me: usize,
         idle: &[usize],
+        past_ceiling: bool,
         rounded: u64,
         size: u64,
         stream: Option<&Stream>,
@@ -318,7 +324,10 @@ impl<R: RawAllocator> Arena<R> {
         for (t, sub) in self.others_indexed(me) {
             let mut st = sub.lock();
             let from_idle = idle.contains(&t);
-            let id = if from_idle {
+            // Past the ceiling, a busy sub-arena's free chunks serve too (K sessions on a pool
+            // of threads: each thread's part would otherwise keep the largest request it ever
+            // ran, and the arena hold that once per thread).
+            let id = if from_idle || past_ceiling {
                 st.find(rounded, consumer, stream)
             } else if consumer != 0 {
                 st.find_of_stream(rounded, consumer)

@@ -107,6 +107,16 @@ impl State {
             let take = end - start;
             // Waiting for the device only when a chunk's stream is not known past its free.
             let idle = self.vm_run_idle(first, start, start + take);
+            if !idle
+                && scan == Scan::Headroom
+                && (self.hosted.any_incomplete()
+                    || self.vm_run_has_host_chunks(first, start + take))
+            {
+                // For the headroom, never wait on a host stream's pending work: it may wait
+                // on this very caller (a stream held at a gate the host opens later; issue 25's
+                // GPU test deadlocked so). The pages stay mapped; events free them later.
+                continue;
+            }
             let unmapped = if idle {
                 vm.unmap_idle(start, take)
             } else {
@@ -140,6 +150,23 @@ impl State {
             count += 1;
         }
         (count, None)
+    }
+
+    /// Whether a chunk of a host stream with events lies in the run from chunk `first` up to
+    /// `hi`: its events, not a wait for the device, say when its pages are free.
+    fn vm_run_has_host_chunks(&self, first: u32, hi: u64) -> bool {
+        let mut id = first;
+        while id != NIL {
+            let c = self.chunks.get(id);
+            if c.addr >= hi {
+                break;
+            }
+            if self.hosted.contains(c.stream) {
+                return true;
+            }
+            id = c.next;
+        }
+        false
     }
 
     /// Whether no queued work can use `[lo, hi)`, a run of wholly free mapped pages whose
