@@ -83,7 +83,7 @@ multi)
   bert "$OUT"
   rc=0
   i=0
-  for conf in "" arena.use_virtual_memory=1 arena.use_cuda_mempool=1; do
+  for conf in "" arena.use_virtual_memory=0 arena.use_cuda_mempool=1; do
     i=$((i + 1))
     code=0
     timeout 300 "$NODE" "$HERE/multi.cjs" "$R/bert.onnx" "$conf" >"$OUT/multi-$i.log" 2>&1 || code=$?
