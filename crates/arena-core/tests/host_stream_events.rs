@@ -501,3 +501,41 @@ fn past_the_headroom_another_streams_pending_work_is_never_waited_for() {
     assert_eq!(vm.synchronizations(), 0);
     a.check_invariants().expect("invariants");
 }
+
+/// Issue 25, K sessions on a thread pool: past the headroom, an allocation queries the events
+/// of the streams holding back free memory in every thread's sub-arena, so a busy thread's
+/// chunk whose stream's work is done serves another thread's stream instead of new pages.
+#[test]
+fn past_the_headroom_another_threads_chunk_whose_stream_is_done_serves_without_new_pages() {
+    let sim = SimEvents::new();
+    let events: Arc<dyn StreamEvents> = sim.clone();
+    let f = Arc::new(ForeignStreams::with_events(Some(events)));
+    let raw = VirtualAllocator::default().with_granularity(2 * MIB);
+    let vm = raw.vm();
+    let a = Arc::new(
+        Arena::with_virtual_memory(raw, Arc::new(vm.clone()), config(&[])).expect("arena"),
+    );
+    let x = Worker::new();
+    let (a2, f2) = (a.clone(), f.clone());
+    // Thread X, session S (an ONNX Runtime session: events recorded only in its own calls, as
+    // the OrtAllocator view does at each AllocOnStream): a 64 MiB buffer freed, a small chunk
+    // kept (X stays busy), and a call after the free that covers it with an event.
+    let big = x.run(move || {
+        let s = f2.get(S).expect("s");
+        let events = s.free_events().expect("events").clone();
+        events.set_host_may_destroy();
+        let big = on(&*a2, &s, 64 * MIB);
+        let _keep = on(&*a2, &s, 4096);
+        a2.free(big).expect("free");
+        events.cover_in_use();
+        big
+    });
+    sim.finish(S); // S's work is done; no one has asked yet
+    let held = a.stats().total_allocated;
+    let t = f.get(T).expect("t");
+    let p = on(&*a, &t, 64 * MIB);
+    assert_eq!(p, big, "S's chunk, once its event was queried");
+    assert_eq!(a.stats().total_allocated, held, "no new pages");
+    a.free(p).expect("free");
+    a.check_invariants().expect("invariants");
+}

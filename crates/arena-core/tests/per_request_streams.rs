@@ -82,7 +82,15 @@ fn sixteen_thousand_streams_used_once_are_served_by_the_pool() {
 
 #[test]
 fn four_threads_making_four_thousand_streams_each_are_all_served() {
-    let a = Arc::new(virtual_arena(&[]));
+    four_threads_making_four_thousand_streams_each(Arc::new(virtual_arena(&[])));
+}
+
+#[test]
+fn four_threads_making_four_thousand_streams_each_are_all_served_in_virtual_memory_mode() {
+    four_threads_making_four_thousand_streams_each(Arc::new(vm_arena()));
+}
+
+fn four_threads_making_four_thousand_streams_each(a: Arc<Arena<VirtualAllocator>>) {
     let streams = Arc::new(immediate_streams());
     let threads: Vec<_> = (0..4u64)
         .map(|t| {

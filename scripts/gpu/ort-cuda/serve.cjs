@@ -77,6 +77,24 @@ async function main() {
   sample()
   times.sort((a, b) => a - b)
   const stats = reg ? num(reg.allocator.getStats()) : null
+  // FREE_LOG=1: where the arena's free memory is at the end, by stream tag (a diagnostic).
+  let free = null
+  if (reg && process.env.FREE_LOG === '1') {
+    const log = reg.allocator.memoryLog()
+    free = { extents: log.regions.length, freeMiB: 0, taggedFreeMiB: 0, largestFreeMiB: 0, freeChunks: 0, streams: {} }
+    for (const g of log.regions) for (const c of g.chunks) {
+      if (c.inUse) continue
+      const m = Number(c.size) / MiB
+      free.freeMiB += m
+      free.freeChunks++
+      free.largestFreeMiB = Math.max(free.largestFreeMiB, m)
+      if (c.stream !== undefined && c.stream !== null && BigInt(c.stream) !== 0n) {
+        free.taggedFreeMiB += m
+        const k = String(c.stream)
+        free.streams[k] = (free.streams[k] || 0) + m
+      }
+    }
+  }
   for (const s of sessions) await s.release()
   const result = {
     mode,
@@ -99,6 +117,7 @@ async function main() {
     maxInUseMiB: stats ? stats.maxInUse / MiB : null,
     extensions: stats ? stats.numArenaExtensions : null,
     checksum: sums.reduce((a, b) => a + b, 0),
+    ...(free ? { free } : {}),
   }
   console.log('RESULT ' + JSON.stringify(result))
   if (reg) reg.unregister()

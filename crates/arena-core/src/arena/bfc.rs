@@ -78,6 +78,9 @@ enum Waited {
     Nothing,
     /// Their frees were covered by events and the events queried.
     Polled,
+    /// Virtual-memory mode, past the headroom: the host streams holding back free chunks in
+    /// any sub-arena were queried too.
+    PolledEverywhere,
     /// The host blocked until those events completed (on the way to out of memory).
     Finished,
 }

@@ -129,6 +129,26 @@ impl<R: RawAllocator> Arena<R> {
         None
     }
 
+    /// As [`Arena::hosted_waiting_anywhere`], from the sub-arenas whose lock is free now (one
+    /// in a driver call keeps its own): for a poll that must not wait.
+    pub(super) fn hosted_waiting_somewhere(&self, consumer: StreamId) -> Vec<Arc<FreeEvents>> {
+        let mut all: Vec<Arc<FreeEvents>> = Vec::new();
+        for t in self.subs.used().collect::<Vec<_>>() {
+            let Some(sub) = self.subs.get(t) else {
+                continue;
+            };
+            let Some(st) = sub.try_lock() else {
+                continue;
+            };
+            for f in st.hosted_waiting(consumer) {
+                if !all.iter().any(|g| Arc::ptr_eq(g, &f)) {
+                    all.push(f);
+                }
+            }
+        }
+        all
+    }
+
     /// The events of host streams other than `consumer`, in any sub-arena, whose frees are not
     /// all known complete (each stream once).
     pub(super) fn hosted_waiting_anywhere(&self, consumer: StreamId) -> Vec<Arc<FreeEvents>> {
