@@ -132,33 +132,32 @@ impl<R: RawAllocator> Arena<R> {
     /// As [`Arena::hosted_waiting_anywhere`], from the sub-arenas whose lock is free now (one
     /// in a driver call keeps its own): for a poll that must not wait.
     pub(super) fn hosted_waiting_somewhere(&self, consumer: StreamId) -> Vec<Arc<FreeEvents>> {
-        let mut all: Vec<Arc<FreeEvents>> = Vec::new();
-        for t in self.subs.used().collect::<Vec<_>>() {
-            let Some(sub) = self.subs.get(t) else {
-                continue;
-            };
-            let Some(st) = sub.try_lock() else {
-                continue;
-            };
-            for f in st.hosted_waiting(consumer) {
-                if !all.iter().any(|g| Arc::ptr_eq(g, &f)) {
-                    all.push(f);
-                }
-            }
-        }
-        all
+        self.hosted_waiting_in_subs(consumer, false)
     }
 
     /// The events of host streams other than `consumer`, in any sub-arena, whose frees are not
     /// all known complete (each stream once).
     pub(super) fn hosted_waiting_anywhere(&self, consumer: StreamId) -> Vec<Arc<FreeEvents>> {
+        self.hosted_waiting_in_subs(consumer, true)
+    }
+
+    fn hosted_waiting_in_subs(&self, consumer: StreamId, wait: bool) -> Vec<Arc<FreeEvents>> {
         let mut all: Vec<Arc<FreeEvents>> = Vec::new();
         for t in self.subs.used().collect::<Vec<_>>() {
-            if let Some(sub) = self.subs.get(t) {
-                for f in sub.lock().hosted_waiting(consumer) {
-                    if !all.iter().any(|g| Arc::ptr_eq(g, &f)) {
-                        all.push(f);
-                    }
+            let Some(sub) = self.subs.get(t) else {
+                continue;
+            };
+            let st = if wait {
+                Some(sub.lock())
+            } else {
+                sub.try_lock()
+            };
+            let Some(st) = st else {
+                continue;
+            };
+            for f in st.hosted_waiting(consumer) {
+                if !all.iter().any(|g| Arc::ptr_eq(g, &f)) {
+                    all.push(f);
                 }
             }
         }
