@@ -3,7 +3,7 @@
 //! `virtual` backend. Every figure is nanoseconds per alloc+free pair or per trace op, but for
 //! `write_among_live`: a 4 KiB write on `host` into the last of 1 or 100,000 live allocations,
 //! and `per_request_stream`: a new foreign stream (never reset) looked up, allocated on and
-//! freed on, among the first thousand a set sees and after 15,000.
+//! freed on, among the first thousand a set sees and after 15,000, in region and virtual-memory mode.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use cuda_arena_core::trace::{mixed_trace, replay};
@@ -18,7 +18,23 @@ use std::time::{Duration, Instant};
 const SIZES: [(&str, u64); 3] = [("256B", 256), ("64KiB", 64 << 10), ("4MiB", 4 << 20)];
 
 fn warm_arena(size: u64) -> Arena<VirtualAllocator> {
-    let arena = Arena::new(VirtualAllocator::default(), ArenaConfig::default()).expect("arena");
+    warm(
+        Arena::new(VirtualAllocator::default(), ArenaConfig::default()).expect("arena"),
+        size,
+    )
+}
+
+/// As [`warm_arena`], in virtual-memory mode (the factories' default) with 2 MiB pages.
+fn warm_vm_arena(size: u64) -> Arena<VirtualAllocator> {
+    let raw = VirtualAllocator::default().with_granularity(2 << 20);
+    let v: Arc<dyn VirtualMemory> = Arc::new(raw.vm());
+    warm(
+        Arena::with_virtual_memory(raw, v, ArenaConfig::default()).expect("arena"),
+        size,
+    )
+}
+
+fn warm(arena: Arena<VirtualAllocator>, size: u64) -> Arena<VirtualAllocator> {
     // Warm: the region exists and the bins have been through one cycle.
     let p = arena.alloc(size).expect("fits").expect("non-zero");
     arena.free(p).expect("live");
@@ -128,30 +144,35 @@ fn per_request_stream(c: &mut Criterion) {
     let mut g = c.benchmark_group("per_request_stream");
     g.sample_size(10);
     g.sampling_mode(criterion::SamplingMode::Flat);
-    for seen in [0u64, 15_000] {
-        g.bench_function(format!("after_{seen}"), |b| {
-            b.iter_custom(|iters| {
-                let mut total = Duration::ZERO;
-                for _ in 0..iters {
-                    let arena = warm_arena(4096);
-                    let events: Arc<dyn StreamEvents> = SimEvents::immediate();
-                    let streams = ForeignStreams::with_events(Some(events));
-                    let one = |h: u64| {
-                        let s = streams.get(h).expect("served");
-                        let p = arena
-                            .alloc_on_stream(4096, &s)
-                            .expect("fits")
-                            .expect("addr");
-                        arena.free(p).expect("live");
-                    };
-                    (1..=seen).for_each(one);
-                    let start = Instant::now();
-                    (seen + 1..=seen + BLOCK).for_each(one);
-                    total += start.elapsed();
-                }
-                total / BLOCK as u32
-            })
-        });
+    for (mode, make) in [
+        ("regions", warm_arena as fn(u64) -> Arena<VirtualAllocator>),
+        ("pages", warm_vm_arena),
+    ] {
+        for seen in [0u64, 15_000] {
+            g.bench_function(format!("{mode}/after_{seen}"), |b| {
+                b.iter_custom(|iters| {
+                    let mut total = Duration::ZERO;
+                    for _ in 0..iters {
+                        let arena = make(4096);
+                        let events: Arc<dyn StreamEvents> = SimEvents::immediate();
+                        let streams = ForeignStreams::with_events(Some(events));
+                        let one = |h: u64| {
+                            let s = streams.get(h).expect("served");
+                            let p = arena
+                                .alloc_on_stream(4096, &s)
+                                .expect("fits")
+                                .expect("addr");
+                            arena.free(p).expect("live");
+                        };
+                        (1..=seen).for_each(one);
+                        let start = Instant::now();
+                        (seen + 1..=seen + BLOCK).for_each(one);
+                        total += start.elapsed();
+                    }
+                    total / BLOCK as u32
+                })
+            });
+        }
     }
     g.finish();
 }
