@@ -130,7 +130,8 @@ impl<R: RawAllocator> Arena<R> {
     }
 
     /// As [`Arena::hosted_waiting_anywhere`], from the sub-arenas whose lock is free now (one
-    /// in a driver call keeps its own): for a poll that must not wait.
+    /// in a driver call keeps its own, and the caller's own, which it holds, is skipped): for a
+    /// poll that must not wait.
     pub(super) fn hosted_waiting_somewhere(&self, consumer: StreamId) -> Vec<Arc<FreeEvents>> {
         self.hosted_waiting_in_subs(consumer, false)
     }

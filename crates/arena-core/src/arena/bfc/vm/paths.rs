@@ -130,14 +130,20 @@ impl<R: RawAllocator> Arena<R> {
         let ceiling = st.vm_ceiling(peak).saturating_add(pages);
         let need = st.vm_pages_for(rounded);
         if self.subs.held().saturating_add(need) > cap {
-            if waited != Waited::PolledEverywhere && waited != Waited::Finished {
-                // Past the headroom, before taking others' chunks or mapping: what every
-                // sub-arena's streams have finished, queried now (no lock held, no wait). With
-                // K sessions on a thread pool, all free memory is tagged with some session's
-                // stream (issue 25), and only what is known done can serve another.
+            // Past the headroom, before taking others' chunks or mapping: what the other
+            // sub-arenas' streams have finished, queried (with no lock held, no wait). With K
+            // sessions on a thread pool, all free memory is tagged with some session's stream
+            // (issue 25), and only what is known done can serve another. Only when some stream
+            // is waiting: otherwise no second pass.
+            let waiting = if waited != Waited::PolledEverywhere && waited != Waited::Finished {
+                self.hosted_waiting_somewhere(consumer)
+            } else {
+                Vec::new()
+            };
+            if !waiting.is_empty() {
                 drop(st);
                 drop(global);
-                for f in self.hosted_waiting_somewhere(consumer) {
+                for f in waiting {
                     // A query, no record: recording here would move a pending event's point
                     // later (a full queue re-records its newest), and what it covers with it.
                     f.poll_now();
