@@ -539,3 +539,83 @@ fn past_the_headroom_another_threads_chunk_whose_stream_is_done_serves_without_n
     a.free(p).expect("free");
     a.check_invariants().expect("invariants");
 }
+
+/// Issue 25, ONNX Runtime's sessions in the default mode: a session's frees after its last
+/// allocation of a run no event can cover (its stream may be destroyed), so past the headroom
+/// another session's allocation waits for the device once, and that memory serves it instead
+/// of new pages.
+#[test]
+fn past_the_headroom_a_destroyable_streams_uncovered_frees_serve_after_one_device_wait() {
+    let sim = SimEvents::new();
+    let events: Arc<dyn StreamEvents> = sim.clone();
+    let f = ForeignStreams::with_events(Some(events));
+    let raw = VirtualAllocator::default().with_granularity(2 * MIB);
+    let a =
+        Arena::with_virtual_memory(raw.clone(), Arc::new(raw.vm()), config(&[])).expect("arena");
+    let (s, t) = (destroyable(&f, S), destroyable(&f, T));
+    let p = on_destroyable(&a, &s, 64 * MIB);
+    a.free(p)
+        .expect("the run's last free; S is never named again");
+    let held = a.stats().total_allocated;
+    assert_eq!(on_destroyable(&a, &t, 64 * MIB), p, "S's memory serves T");
+    assert_eq!(sim.device_syncs(), 1, "after one wait for the device");
+    assert_eq!(sim.records(S), 0, "S named to the driver never");
+    assert_eq!(a.stats().total_allocated, held, "no new pages");
+    a.check_invariants().expect("invariants");
+}
+
+/// Within the headroom nothing waits: a session whose memory another's work may still use
+/// maps pages of its own.
+#[test]
+fn within_the_headroom_no_device_wait_for_destroyable_streams() {
+    let sim = SimEvents::new();
+    let events: Arc<dyn StreamEvents> = sim.clone();
+    let f = ForeignStreams::with_events(Some(events));
+    let raw = VirtualAllocator::default().with_granularity(2 * MIB);
+    let a =
+        Arena::with_virtual_memory(raw.clone(), Arc::new(raw.vm()), config(&[])).expect("arena");
+    let (s, t) = (destroyable(&f, S), destroyable(&f, T));
+    let big = on_destroyable(&a, &s, 64 * MIB);
+    let p = on_destroyable(&a, &s, 2 * MIB);
+    a.free(big).expect("free");
+    a.free(p).expect("free: S's small chunk, uncovered");
+    assert_ne!(on_destroyable(&a, &t, 2 * MIB), p);
+    assert_eq!(sim.device_syncs(), 0);
+    a.check_invariants().expect("invariants");
+}
+
+/// Issue 25: adjacent free chunks of different streams never merge (each keeps its stream's
+/// rule), so once both streams' work is done, the arena untags them and merges them before it
+/// maps pages: K sessions' frees, interleaved, otherwise leave free memory in pieces that no
+/// larger request fits (8 BERT sessions on an H100 mapped 3 GiB beside 3 GiB so).
+#[test]
+fn adjacent_free_chunks_of_streams_whose_work_is_done_merge_before_new_pages() {
+    let sim = SimEvents::new();
+    let events: Arc<dyn StreamEvents> = sim.clone();
+    let f = ForeignStreams::with_events(Some(events));
+    let raw = VirtualAllocator::default().with_granularity(2 * MIB);
+    let a =
+        Arena::with_virtual_memory(raw.clone(), Arc::new(raw.vm()), config(&[])).expect("arena");
+    let (s, t, u) = (
+        destroyable(&f, S),
+        destroyable(&f, T),
+        destroyable(&f, 0x9000),
+    );
+    let pieces: Vec<u64> = (0..4)
+        .map(|i| on_destroyable(&a, if i % 2 == 0 { &s } else { &t }, 8 * MIB))
+        .collect();
+    for &p in &pieces {
+        a.free(p).expect("free");
+    }
+    // Their next calls cover the frees with events, and their work completes.
+    s.free_events().expect("events").cover_in_use();
+    t.free_events().expect("events").cover_in_use();
+    sim.finish(S);
+    sim.finish(T);
+    let held = a.stats().total_allocated;
+    let whole = on_destroyable(&a, &u, 32 * MIB);
+    assert_eq!(whole, pieces[0], "the four pieces, merged, serve 32 MiB");
+    assert_eq!(a.stats().total_allocated, held, "no new pages");
+    assert_eq!(sim.device_syncs(), 0, "and no wait: the events said so");
+    a.check_invariants().expect("invariants");
+}

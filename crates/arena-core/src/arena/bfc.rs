@@ -63,7 +63,7 @@ use crate::arena::sub_arenas::{Frozen, Global, Setup, SubArenas};
 use crate::collections::addr_map::{AddrMap, AddrTable};
 use crate::raw::{RawAllocator, VirtualMemory};
 use crate::streams::stream::{Clock, Stream, StreamId};
-use crate::streams::stream_events::FreeEvents;
+use crate::streams::stream_events::{settle_on_device, FreeEvents};
 use crate::types::config::{ArenaConfig, ExtendStrategy};
 use crate::types::error::{ArenaError, Result};
 use crate::types::memory_info::MemoryInfo;
@@ -81,6 +81,9 @@ enum Waited {
     /// Virtual-memory mode, past the headroom: the host streams holding back free chunks in
     /// any sub-arena were queried too.
     PolledEverywhere,
+    /// Virtual-memory mode, past the churn ceiling: the device was waited for, so that the
+    /// frees of streams the host may destroy, which no event covers, count as done.
+    Settled,
     /// The host blocked until those events completed (on the way to out of memory).
     Finished,
 }
@@ -194,6 +197,9 @@ pub(crate) struct State {
     /// device again, every unmap does; otherwise an unmap of pages whose streams are all
     /// known past their frees waits for nothing (issue 25).
     unknown_work: bool,
+    /// How many times work became unknown ([`State::work_unknown`]): a wait for the device
+    /// clears `unknown_work` only if none happened since it was asked for.
+    unknown_events: u64,
     /// Chunk bytes in use by threads other than this sub-arena's (chunks marked `foreign`).
     foreign_in_use: u64,
     /// Virtual-memory mode: ranges reserved (`true`) or given back (`false`) since the arena

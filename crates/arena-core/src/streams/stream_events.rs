@@ -321,6 +321,27 @@ impl FreeEvents {
     }
 }
 
+/// Blocks until the whole device has finished what was queued, then counts every mark the
+/// streams in `streams` had taken before as complete: for streams the
+/// [host may destroy](FreeEvents::set_host_may_destroy), whose frees after their last own call
+/// no event can cover (issue 25: ONNX Runtime's sessions on a thread pool, whose runs end
+/// with their memory freed and nothing said). One device-wide wait for them all; the
+/// caller holds no arena lock. Returns whether the wait succeeded.
+pub fn settle_on_device(streams: &[Arc<FreeEvents>]) -> bool {
+    let Some(first) = streams.first() else {
+        return false;
+    };
+    // Read before the wait: every free that took these marks happened before it.
+    let marks: Vec<u64> = streams.iter().map(|f| f.marked()).collect();
+    if first.events.synchronize_device().is_err() {
+        return false;
+    }
+    for (f, mark) in streams.iter().zip(marks) {
+        f.complete_through(mark);
+    }
+    true
+}
+
 impl Drop for FreeEvents {
     fn drop(&mut self) {
         for (_, ev) in self.pending.get_mut().drain(..) {

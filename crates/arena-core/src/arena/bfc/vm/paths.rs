@@ -135,11 +135,22 @@ impl<R: RawAllocator> Arena<R> {
             // sessions on a thread pool, all free memory is tagged with some session's stream
             // (issue 25), and only what is known done can serve another. Only when some stream
             // is waiting: otherwise no second pass.
-            let waiting = if waited != Waited::PolledEverywhere && waited != Waited::Finished {
-                self.hosted_waiting_somewhere(consumer)
+            let waiting = if matches!(waited, Waited::Nothing | Waited::Polled) {
+                // This sub-arena's own too (its lock, held here, the walk cannot take).
+                let mut w = self.hosted_waiting_somewhere(consumer);
+                for f in st.hosted_waiting(consumer) {
+                    if !w.iter().any(|g| Arc::ptr_eq(g, &f)) {
+                        w.push(f);
+                    }
+                }
+                w
             } else {
                 Vec::new()
             };
+            if st.untag_done() {
+                // Free memory whose streams are done, in one piece again: search again.
+                return Ok(Mapped::Again(waited));
+            }
             if !waiting.is_empty() {
                 drop(st);
                 drop(global);
@@ -173,6 +184,36 @@ impl<R: RawAllocator> Arena<R> {
                 let before = o.held();
                 over = over.saturating_sub(o.vm_unmap_for_another(vm, over));
                 self.subs.follow_budget(before, o.held());
+            }
+            if waited != Waited::Settled
+                && waited != Waited::Finished
+                && self.subs.held().saturating_add(need) > cap
+            {
+                // Still past the ceiling with nothing to take or unmap: the free memory is
+                // held back by other streams' work. When those are all streams the host may
+                // destroy (ONNX Runtime's sessions), their last frees no event can cover until
+                // their next run, which takes the memory back: K sessions would hold their
+                // own peaks each. One wait for the device settles them all; a host stream
+                // that may be held at a gate (any other) is never waited for this way.
+                let waiting = self.hosted_waiting_somewhere(consumer);
+                if !waiting.is_empty() && waiting.iter().all(|f| f.host_may_destroy()) {
+                    drop(global);
+                    // Each sub-arena's unknown work (memory of no stream) is settled too,
+                    // unless more came since: its free pages then unmap without a wait.
+                    let seen: Vec<(usize, u64)> = self
+                        .subs
+                        .used()
+                        .filter_map(|t| self.subs.get(t).map(|s| (t, s.lock().unknown_events())))
+                        .collect();
+                    if settle_on_device(&waiting) {
+                        for (t, n) in seen {
+                            if let Some(s) = self.subs.get(t) {
+                                s.lock().device_waited(n);
+                            }
+                        }
+                    }
+                    return Ok(Mapped::Again(Waited::Settled));
+                }
             }
             st = sub.lock();
             st.check_live()?;
@@ -351,6 +392,7 @@ impl<R: RawAllocator> Arena<R> {
                 st.find(rounded, consumer, stream)
             } else if consumer != 0 {
                 st.find_of_stream(rounded, consumer)
+                    .or_else(|| st.find_left_by_destroyable(rounded, consumer))
             } else {
                 None
             };
