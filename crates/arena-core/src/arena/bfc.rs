@@ -200,6 +200,9 @@ pub(crate) struct State {
     /// How many times work became unknown ([`State::work_unknown`]): a wait for the device
     /// clears `unknown_work` only if none happened since it was asked for.
     unknown_events: u64,
+    /// What the other host streams' completed marks summed to at the last
+    /// [`State::untag_done`] pass.
+    untag_progress: u64,
     /// Chunk bytes in use by threads other than this sub-arena's (chunks marked `foreign`).
     foreign_in_use: u64,
     /// Virtual-memory mode: ranges reserved (`true`) or given back (`false`) since the arena

@@ -61,6 +61,15 @@ impl HostedStreams {
         self.0.iter().any(|e| e.events.has_incomplete())
     }
 
+    /// How far the host streams here other than `consumer` are known complete, summed: it
+    /// grows whenever some chunk of theirs may have come free for `consumer`; `None` when
+    /// there is no other.
+    pub(crate) fn others_progress(&self, consumer: StreamId) -> Option<u64> {
+        let mut others = self.0.iter().filter(|e| e.id != consumer).peekable();
+        others.peek()?;
+        Some(others.fold(0u64, |sum, e| sum.wrapping_add(e.events.completed())))
+    }
+
     /// Whether `id` is a host stream with events that tags chunks here.
     #[inline(always)]
     pub(crate) fn contains(&self, id: StreamId) -> bool {

@@ -165,6 +165,12 @@ impl FreeEvents {
         self.completed.load(Ordering::Acquire) >= mark
     }
 
+    /// Every mark up to this one is known complete.
+    #[inline]
+    pub fn completed(&self) -> u64 {
+        self.completed.load(Ordering::Acquire)
+    }
+
     /// Whether some mark is not yet known complete.
     pub fn has_incomplete(&self) -> bool {
         self.marked.load(Ordering::Acquire) > self.completed.load(Ordering::Acquire)

@@ -46,6 +46,7 @@ impl State {
             absorb_unassigned: false,
             unknown_work: false,
             unknown_events: 0,
+            untag_progress: 0,
             range_changes: Vec::new(),
             foreign_in_use: 0,
             quota: 0,
@@ -480,10 +481,16 @@ impl State {
     /// different streams never merge, so K sessions' streams, each freeing between the others'
     /// chunks, leave free memory in pieces no larger request fits, long after their work is
     /// done (issue 25: K = 8 BERT sessions mapped 3 GiB of new pages beside 3 GiB free).
-    pub(super) fn untag_done(&mut self) -> bool {
-        if self.hosted.is_empty() {
+    pub(super) fn untag_done(&mut self, consumer: StreamId) -> bool {
+        // Only other streams' chunks, and only when their work advanced since the last pass
+        // (one thread on one stream never walks; the walk is over every chunk).
+        let Some(progress) = self.hosted.others_progress(consumer) else {
+            return false;
+        };
+        if progress == self.untag_progress {
             return false;
         }
+        self.untag_progress = progress;
         let mut touched = false;
         for first in self.region_firsts() {
             // Each run of adjacent free chunks (of different streams: the merge rule joins the

@@ -147,7 +147,7 @@ impl<R: RawAllocator> Arena<R> {
             } else {
                 Vec::new()
             };
-            if st.untag_done() {
+            if st.untag_done(consumer) {
                 // Free memory whose streams are done, in one piece again: search again.
                 return Ok(Mapped::Again(waited));
             }
