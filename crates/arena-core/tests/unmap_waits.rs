@@ -107,3 +107,19 @@ fn once_an_unmap_has_waited_later_ones_of_known_done_frees_need_not() {
     s.free_events().expect("events").advance();
     assert_eq!(shrink(&a, &vm), 1, "no new wait");
 }
+
+#[test]
+fn memory_of_no_stream_freed_after_a_wait_makes_the_next_unmap_wait_again() {
+    let (a, vm, _streams) = setup(SimEvents::immediate());
+    let p = alloc(&a, 64 * MIB); // handed out with no stream, used by work the arena cannot see
+    use_once(&a, None);
+    a.shrink().expect("shrink: waits for the device, p still in use");
+    let waited = vm.waiting_unmaps();
+    assert_eq!(waited, 1);
+    a.free(p).expect("free: p's work may be queued up to now");
+    assert_eq!(
+        shrink(&a, &vm),
+        waited + 1,
+        "p's pages wait for the device again"
+    );
+}
