@@ -113,7 +113,8 @@ fn memory_of_no_stream_freed_after_a_wait_makes_the_next_unmap_wait_again() {
     let (a, vm, _streams) = setup(SimEvents::immediate());
     let p = alloc(&a, 64 * MIB); // handed out with no stream, used by work the arena cannot see
     use_once(&a, None);
-    a.shrink().expect("shrink: waits for the device, p still in use");
+    a.shrink()
+        .expect("shrink: waits for the device, p still in use");
     let waited = vm.waiting_unmaps();
     assert_eq!(waited, 1);
     a.free(p).expect("free: p's work may be queued up to now");
