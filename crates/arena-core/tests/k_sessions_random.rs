@@ -52,7 +52,7 @@ impl World {
             .map(|(i, &h)| {
                 let s = hosted.get(h).expect("a host stream");
                 // Streams of even index are ONNX Runtime's: events only in their own calls.
-                if (i as u64 + seed) % 2 == 0 {
+                if (i as u64 + seed).is_multiple_of(2) {
                     s.free_events().expect("events").set_host_may_destroy();
                 }
                 Arc::new(s)
@@ -162,7 +162,7 @@ fn run(seed: u64, ops: usize) -> (u64, u64) {
                 w.finished[s] += 1;
             }
             _ => {
-                if op % 50 == 0 {
+                if op.is_multiple_of(50) {
                     w.a.check_invariants().expect("consistent");
                 }
             }
