@@ -8,4 +8,6 @@ pub(crate) mod functions;
 pub(crate) mod ort;
 pub(crate) mod recording;
 pub(crate) mod replay;
+pub(crate) mod replay_report;
 pub(crate) mod stream;
+pub(crate) mod traces;

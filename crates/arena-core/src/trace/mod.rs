@@ -1,8 +1,7 @@
 //! Allocation traces: generating them and replaying them through any [`Allocator`].
 //!
 //! A trace is a list of `alloc` (id, size, stream), `reserve` (id, size) and `free` (id)
-//! operations, the JSON-lines format of the `cuda-arena replay` command. Ids are the trace's
-//! own names for allocations.
+//! operations (ids: the trace's own names), the JSON lines of `cuda-arena replay`.
 
 use crate::allocators::allocator::Allocator;
 use crate::streams::stream::{Stream, StreamId};
@@ -12,6 +11,7 @@ use std::time::Instant;
 pub mod picture;
 pub(crate) mod recorder;
 mod recording_files;
+pub mod replay_file;
 pub mod torch_snapshot;
 pub mod trace_format;
 
