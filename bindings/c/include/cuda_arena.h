@@ -237,6 +237,19 @@ int cuda_arena_start_recording(cuda_arena_allocator* a, const char* path);
  * allocator also stops a recording, writing everything. */
 int cuda_arena_stop_recording(cuda_arena_allocator* a);
 
+/* Replaying a trace file (docs/replay-report.md): the trace at path (JSON lines, or a PyTorch
+ * memory snapshot, told by its first byte) replayed through a fresh allocator of the config
+ * the n keys/values select on backend ("virtual" or "cuda"), as `cuda-arena replay --json`
+ * does: a pass for the exact peak held, then a timed pass. Returns the report as one JSON
+ * object, {"trace", "backend", "linesSkippedCount", "runs": [{"allocator", "warnings", "ops",
+ * "peakRequested", "peakHeld", "failedAllocs", "liveAtEnd", "elapsedNs", "stats": {GetStats'
+ * keys}}]}, to give back with cuda_arena_string_free; NULL on failure (the last error says
+ * why: an unreadable or malformed file, a bad key, an unknown backend). */
+char* cuda_arena_replay_file(const char* path, const char* backend, const char* const* keys,
+                             const char* const* values, size_t n);
+/* Gives back a string cuda_arena_replay_file returned; NULL is ignored. */
+void cuda_arena_string_free(char* s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -10,6 +10,7 @@ mod handle;
 mod handles;
 mod ort;
 mod recording;
+mod replay;
 mod thread_state;
 mod torch;
 mod version;
@@ -18,6 +19,7 @@ pub use codes::*;
 pub use handle::*;
 pub use ort::*;
 pub use recording::*;
+pub use replay::*;
 pub use torch::*;
 pub use version::cuda_arena_version;
 
