@@ -4,7 +4,7 @@ use crate::availability::ensure_cuda;
 use crate::device::{device_count, DeviceContext, DeviceInfo};
 use crate::events::CudaEvents;
 use crate::pool::CudaPoolAllocator;
-use crate::raw::{device_stats, CudaRawAllocator, Ledger};
+use crate::raw::{device_stats, CudaRawAllocator, DeviceBlocks};
 use crate::stream::CudaStream;
 use cuda_arena_core::devices::backend::{SharedRaw, SharedVm};
 use cuda_arena_core::{
@@ -17,7 +17,7 @@ use std::sync::Arc;
 #[derive(Debug)]
 struct Gpu {
     ctx: Arc<DeviceContext>,
-    ledger: Arc<Mutex<Ledger>>,
+    ledger: Arc<Mutex<DeviceBlocks>>,
     info: DeviceInfo,
     /// Pooled events for the streams the host owns (issue 13).
     events: Arc<CudaEvents>,
@@ -41,7 +41,7 @@ impl CudaBackend {
                 Ok(Gpu {
                     events: Arc::new(CudaEvents::new(ctx.clone())),
                     ctx,
-                    ledger: Arc::new(Mutex::new(Ledger::default())),
+                    ledger: Arc::new(Mutex::new(DeviceBlocks::default())),
                     info,
                 })
             })

@@ -11,12 +11,12 @@ use std::sync::Arc;
 
 /// Live blocks and counters of one device, shared by its device and pinned allocators.
 #[derive(Debug, Default)]
-pub(crate) struct Ledger {
+pub(crate) struct DeviceBlocks {
     live: HashMap<u64, (u64, MemoryKind)>,
     stats: RawStats,
 }
 
-impl Ledger {
+impl DeviceBlocks {
     /// Counts a map of `len` bytes by the virtual-memory form: one raw allocation.
     pub(crate) fn record_map(&mut self, len: u64) {
         self.stats.raw_allocs += 1;
@@ -40,19 +40,19 @@ impl Ledger {
 pub struct CudaRawAllocator {
     ctx: Arc<DeviceContext>,
     kind: MemoryKind,
-    ledger: Arc<Mutex<Ledger>>,
+    ledger: Arc<Mutex<DeviceBlocks>>,
 }
 
 impl CudaRawAllocator {
     pub(crate) fn new(
         ctx: Arc<DeviceContext>,
         kind: MemoryKind,
-        ledger: Arc<Mutex<Ledger>>,
+        ledger: Arc<Mutex<DeviceBlocks>>,
     ) -> Self {
         CudaRawAllocator { ctx, kind, ledger }
     }
 
-    fn check_range(&self, ledger: &Ledger, addr: u64, len: u64) -> Result<()> {
+    fn check_range(&self, ledger: &DeviceBlocks, addr: u64, len: u64) -> Result<()> {
         let inside = ledger.live.iter().any(|(&b, &(s, k))| {
             k == self.kind && addr >= b && addr.checked_add(len).is_some_and(|e| e <= b + s)
         });
@@ -68,7 +68,7 @@ impl CudaRawAllocator {
 }
 
 /// Counters of a device's raw calls, with the driver's free and total memory.
-pub(crate) fn device_stats(ctx: &DeviceContext, ledger: &Mutex<Ledger>) -> Result<RawStats> {
+pub(crate) fn device_stats(ctx: &DeviceContext, ledger: &Mutex<DeviceBlocks>) -> Result<RawStats> {
     let (free, total) = ctx.mem_info()?;
     Ok(RawStats {
         free: Some(free),

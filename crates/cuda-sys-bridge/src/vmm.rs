@@ -17,7 +17,7 @@
 
 use crate::device::DeviceContext;
 use crate::driver;
-use crate::raw::Ledger;
+use crate::raw::DeviceBlocks;
 use cuda_arena_core::raw::Reservations;
 use cuda_arena_core::{ArenaError, MemoryInfo, MemoryKind, Result, VirtualMemory};
 use parking_lot::Mutex;
@@ -28,7 +28,7 @@ use std::sync::Arc;
 #[derive(Debug)]
 pub struct CudaVirtualMemory {
     ctx: Arc<DeviceContext>,
-    ledger: Arc<Mutex<Ledger>>,
+    ledger: Arc<Mutex<DeviceBlocks>>,
     granularity: u64,
     total: u64,
     /// The devices each mapping is made accessible to: this one first, then every peer the
@@ -46,7 +46,7 @@ pub struct CudaVirtualMemory {
 impl CudaVirtualMemory {
     /// The form for the device of `ctx`; [`ArenaError::Unsupported`] on a device without
     /// virtual-memory management.
-    pub(crate) fn new(ctx: Arc<DeviceContext>, ledger: Arc<Mutex<Ledger>>) -> Result<Self> {
+    pub(crate) fn new(ctx: Arc<DeviceContext>, ledger: Arc<Mutex<DeviceBlocks>>) -> Result<Self> {
         let _current = ctx.make_current()?;
         if !driver::vmm_supported(ctx.dev)? {
             return Err(ArenaError::unsupported(format!(

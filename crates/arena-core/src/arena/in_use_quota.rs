@@ -50,7 +50,7 @@ pub(crate) trait Metered {
 /// The global half: `MaxInUse` and a copy of every sub-arena's quota (so a rebalance knows
 /// which sub-arenas to freeze without locking the rest). Lives under the arena's global lock.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Ledger {
+pub(crate) struct InUseQuotas {
     /// The arena's `MaxInUse`.
     pub(crate) max_in_use: u64,
     /// Quota by sub-arena index; each equals that sub-arena's own `quota()`.
@@ -59,10 +59,10 @@ pub(crate) struct Ledger {
     pub(crate) rebalances: u64,
 }
 
-impl Ledger {
+impl InUseQuotas {
     /// A ledger for `subs` sub-arenas, all at quota 0.
     pub(crate) fn new(subs: usize) -> Self {
-        Ledger {
+        InUseQuotas {
             max_in_use: 0,
             quotas: vec![0; subs],
             rebalances: 0,
@@ -77,13 +77,13 @@ impl Ledger {
 }
 
 /// What holds the ledger under the global lock.
-pub(crate) trait HasLedger {
+pub(crate) trait HasInUseQuotas {
     /// The ledger.
-    fn ledger(&mut self) -> &mut Ledger;
+    fn ledger(&mut self) -> &mut InUseQuotas;
 }
 
-impl HasLedger for Ledger {
-    fn ledger(&mut self) -> &mut Ledger {
+impl HasInUseQuotas for InUseQuotas {
+    fn ledger(&mut self) -> &mut InUseQuotas {
         self
     }
 }
@@ -117,7 +117,7 @@ where
     M: Metered,
     G: DerefMut<Target = M>,
     L: DerefMut,
-    L::Target: HasLedger,
+    L::Target: HasInUseQuotas,
 {
     if admits(mine, charge) {
         return Admit::Fits(Vec::new());
@@ -144,7 +144,7 @@ pub(crate) fn admits<M: Metered>(sub: &M, charge: u64) -> bool {
 /// again. Returns the other sub-arenas' guards: the caller applies the charge to `mine` before
 /// dropping them, so the sum `MaxInUse` was raised to is one the arena really reaches.
 pub(crate) fn rebalance<M, G>(
-    ledger: &mut Ledger,
+    ledger: &mut InUseQuotas,
     me: usize,
     mine: &mut M,
     charge: u64,
@@ -228,7 +228,7 @@ mod tests {
     use super::*;
     use parking_lot::Mutex;
 
-    fn charge(subs: &[Mutex<Toy>], ledger: &mut Ledger, me: usize, bytes: u64) {
+    fn charge(subs: &[Mutex<Toy>], ledger: &mut InUseQuotas, me: usize, bytes: u64) {
         let mut mine = subs[me].lock();
         let _frozen = if admits(&*mine, bytes) {
             Vec::new()
@@ -242,7 +242,7 @@ mod tests {
     #[test]
     fn a_new_maximum_is_recorded_exactly() {
         let subs: Vec<Mutex<Toy>> = (0..3).map(|_| Mutex::new(Toy::default())).collect();
-        let mut ledger = Ledger::new(3);
+        let mut ledger = InUseQuotas::new(3);
         charge(&subs, &mut ledger, 0, 100);
         charge(&subs, &mut ledger, 1, 50);
         assert_eq!(ledger.max_in_use, 150);
@@ -256,7 +256,7 @@ mod tests {
     #[test]
     fn quotas_never_add_up_to_more_than_the_maximum() {
         let subs: Vec<Mutex<Toy>> = (0..4).map(|_| Mutex::new(Toy::default())).collect();
-        let mut ledger = Ledger::new(4);
+        let mut ledger = InUseQuotas::new(4);
         let mut x = 7u64;
         for _ in 0..10_000 {
             x ^= x << 13;
@@ -282,8 +282,8 @@ mod tests {
     #[test]
     fn sub_arenas_that_rise_together_stop_rebalancing_once_warm() {
         let subs: Vec<Mutex<Toy>> = (0..4).map(|_| Mutex::new(Toy::default())).collect();
-        let mut ledger = Ledger::new(4);
-        let round = |ledger: &mut Ledger| {
+        let mut ledger = InUseQuotas::new(4);
+        let round = |ledger: &mut InUseQuotas| {
             for step in 0..50 {
                 for me in 0..4 {
                     charge(&subs, ledger, me, 10 + step);
@@ -318,7 +318,7 @@ mod shuttle_checks {
 
     struct World {
         subs: Vec<Mutex<Toy>>,
-        global: Mutex<Ledger>,
+        global: Mutex<InUseQuotas>,
         truth: AtomicU64,
         truth_peak: AtomicU64,
     }
@@ -327,7 +327,7 @@ mod shuttle_checks {
         fn new(n: usize) -> Arc<Self> {
             Arc::new(World {
                 subs: (0..n).map(|_| Mutex::new(Toy::default())).collect(),
-                global: Mutex::new(Ledger::new(n)),
+                global: Mutex::new(InUseQuotas::new(n)),
                 truth: AtomicU64::new(0),
                 truth_peak: AtomicU64::new(0),
             })
@@ -339,7 +339,7 @@ mod shuttle_checks {
 
         /// The allocation path's loop around `admit`, as `Arena::try_take` runs it.
         fn charge(&self, me: usize, bytes: u64) {
-            let mut global: Option<MutexGuard<'_, Ledger>> = None;
+            let mut global: Option<MutexGuard<'_, InUseQuotas>> = None;
             loop {
                 let mut mine = self.lock(me);
                 let step = admit(

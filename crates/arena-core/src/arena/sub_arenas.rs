@@ -33,7 +33,7 @@
 //! sub-arena lock never blocks on the global lock.
 
 use crate::arena::directory::Directory;
-use crate::arena::in_use_quota::{self, Admit, HasLedger, Ledger, Metered};
+use crate::arena::in_use_quota::{self, Admit, HasInUseQuotas, InUseQuotas, Metered};
 use crate::arena::lock::{ArenaGuard, ArenaLock};
 use crate::arena::thread_slot;
 use crate::arena::State;
@@ -57,7 +57,7 @@ struct Sub(ArenaLock<State>);
 /// What the global lock guards.
 #[derive(Debug)]
 pub(crate) struct Global {
-    pub(crate) ledger: Ledger,
+    pub(crate) ledger: InUseQuotas,
     /// Set when the arena hands everything back for good; sub-arenas made after are retired.
     pub(crate) retired: bool,
     /// Virtual-memory mode: the most chunk bytes (requested, less dead bytes) seen in use
@@ -69,8 +69,8 @@ pub(crate) struct Global {
     pub(crate) vm_seen: Vec<(u64, bool)>,
 }
 
-impl HasLedger for Global {
-    fn ledger(&mut self) -> &mut Ledger {
+impl HasInUseQuotas for Global {
+    fn ledger(&mut self) -> &mut InUseQuotas {
         &mut self.ledger
     }
 }
@@ -113,7 +113,7 @@ impl SubArenas {
         SubArenas {
             subs: (0..MAX_SUB_ARENAS).map(|_| OnceLock::new()).collect(),
             global: Mutex::new(Global {
-                ledger: Ledger::new(MAX_SUB_ARENAS),
+                ledger: InUseQuotas::new(MAX_SUB_ARENAS),
                 retired: false,
                 vm_peak: 0,
                 vm_seen: vec![(0, true); MAX_SUB_ARENAS],

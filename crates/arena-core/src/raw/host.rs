@@ -8,7 +8,7 @@
 //! pages that are not mapped are refused before they fault.
 #![allow(unsafe_code)]
 
-use super::ledger::Ledger;
+use super::sim_device::SimDevice;
 use super::vm::{Reservations, VirtualMemory};
 use super::{DeviceLimits, RawAllocator, RawStats, DEFAULT_HOST_TOTAL_MEMORY};
 use crate::types::error::{ArenaError, Result};
@@ -32,7 +32,7 @@ struct HostLedger(Mutex<HostState>);
 
 #[derive(Debug)]
 struct HostState {
-    ledger: Ledger,
+    ledger: SimDevice,
     /// Ranges reserved by the virtual-memory form.
     vm: Reservations,
     /// [`VirtualMemory::synchronize`] calls (nothing runs asynchronously here to wait for).
@@ -74,7 +74,7 @@ impl HostAllocator {
     pub fn new(limits: DeviceLimits) -> Self {
         HostAllocator {
             ledger: Arc::new(HostLedger(Mutex::new(HostState {
-                ledger: Ledger::new(limits),
+                ledger: SimDevice::new(limits),
                 vm: Reservations::new(os::page_size()),
                 synchronizations: 0,
             }))),

@@ -8,7 +8,7 @@
 //! pages of it), which the arena's virtual-memory mode runs on.
 
 mod host;
-mod ledger;
+mod sim_device;
 mod r#virtual;
 mod vm;
 

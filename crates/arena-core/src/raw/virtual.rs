@@ -3,7 +3,7 @@
 //! ranges from the same address space and counts mapped bytes against the device's limits,
 //! so what a virtual-memory arena holds is exact and the same on every machine.
 
-use super::ledger::Ledger;
+use super::sim_device::SimDevice;
 use super::vm::{Reservations, VirtualMemory};
 use super::{DeviceLimits, RawAllocator, RawStats, DEFAULT_VIRTUAL_TOTAL_MEMORY};
 use crate::types::error::{ArenaError, Result};
@@ -23,7 +23,7 @@ pub const DEFAULT_VIRTUAL_GRANULARITY: u64 = 2 << 20;
 
 #[derive(Debug)]
 struct Space {
-    ledger: Ledger,
+    ledger: SimDevice,
     /// Free address ranges: start → length; adjacent ranges are always merged.
     holes: BTreeMap<u64, u64>,
     /// Ranges reserved by the virtual-memory form, and what is mapped in them.
@@ -92,7 +92,7 @@ impl VirtualAllocator {
         let mut holes = BTreeMap::new();
         holes.insert(window << SPACE_BITS, (1u64 << SPACE_BITS) - 256);
         let space = Space {
-            ledger: Ledger::new(limits),
+            ledger: SimDevice::new(limits),
             holes,
             vm: Reservations::new(DEFAULT_VIRTUAL_GRANULARITY),
             waiting_unmaps: 0,

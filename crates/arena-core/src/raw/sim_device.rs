@@ -5,16 +5,16 @@ use crate::types::error::{ArenaError, Result};
 use std::collections::HashMap;
 
 #[derive(Debug)]
-pub(crate) struct Ledger {
+pub(crate) struct SimDevice {
     limits: DeviceLimits,
     /// Live blocks: address → size.
     live: HashMap<u64, u64>,
     stats: RawStats,
 }
 
-impl Ledger {
+impl SimDevice {
     pub(crate) fn new(limits: DeviceLimits) -> Self {
-        Ledger {
+        SimDevice {
             limits,
             live: HashMap::new(),
             stats: RawStats::default(),
