@@ -4,6 +4,7 @@
 
 use crate::codes::{clear_last, fail};
 use crate::handle::{guard, invalid, str_arg};
+use cuda_arena_core::devices::replay_target::replay_target;
 use cuda_arena_core::trace::replay_file::{
     replay_file, FileReplayOptions, FileReplays, NoProgress,
 };
@@ -109,7 +110,7 @@ unsafe fn replay(
     };
     let report = replay_file(
         path,
-        &|| backend_named(backend, &[]),
+        &|config| replay_target(&*backend_named(backend, &[])?, config),
         &[config],
         &options,
         &mut NoProgress,

@@ -4,6 +4,7 @@
 use super::replay_report::JsFileReplays;
 use super::traces::whole;
 use crate::error::{js, Result};
+use cuda_arena_core::devices::replay_target::replay_target;
 use cuda_arena_core::trace::replay_file::{replay_file, FileReplayOptions, Progress};
 use cuda_arena_core::trace::trace_format::MAX_TRACE_LINES;
 use cuda_arena_core::{ArenaConfig, Backend};
@@ -105,7 +106,7 @@ pub fn replay_trace_file(
     let mut bar = StderrBar::new(progress_after_ms);
     let done = replay_file(
         &path,
-        &|| backend_named(&backend, &[]),
+        &|config| replay_target(&*backend_named(&backend, &[])?, config),
         &configs,
         &options,
         &mut bar,

@@ -4,8 +4,7 @@
 //! config gets a fresh allocator for a pass that finds the exact peak held (and records the
 //! picture, when asked) and another, on a fresh allocator, that is timed.
 
-use crate::devices::backend::Backend;
-use crate::devices::factory::{selected_allocator, Selected, SharedKind};
+use crate::allocators::allocator::Allocator;
 use crate::trace::picture::{Picture, PictureOptions, PictureRecorder};
 use crate::trace::torch_snapshot::{
     looks_like_pickle, read_snapshot_from, SnapshotError, SnapshotReport, MAX_SNAPSHOT_BYTES,
@@ -16,7 +15,6 @@ use crate::trace::{
 };
 use crate::types::config::ArenaConfig;
 use crate::types::error::{ArenaError, Result};
-use crate::types::memory_info::MemoryKind;
 use crate::types::memory_log::MemoryLog;
 use crate::types::stats::AllocatorStats;
 use std::io::{BufRead, Read};
@@ -106,22 +104,41 @@ pub struct FileReplays {
     pub snapshot: Option<SnapshotReport>,
 }
 
-/// `arena` or `memory pool`: what the command calls the allocator a config selected.
-pub fn allocator_name(kind: SharedKind) -> &'static str {
-    match kind {
-        SharedKind::Mempool => "memory pool",
-        _ => "arena",
+/// A fresh allocator a config selected, to replay the trace on (see
+/// `devices::replay_target` for the one `cuda-arena replay` uses).
+pub struct ReplayTarget {
+    /// The allocator, new and not shared.
+    pub allocator: Arc<dyn Allocator>,
+    /// Whether it is the memory pool (no regions to draw: the picture has no layout).
+    pub is_pool: bool,
+    /// What selecting it warned of.
+    pub warnings: Vec<String>,
+}
+
+impl std::fmt::Debug for ReplayTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplayTarget")
+            .field("is_pool", &self.is_pool)
+            .field("warnings", &self.warnings)
+            .finish_non_exhaustive()
     }
 }
 
-/// Replays the trace file at `path` through a fresh allocator per config, on the backend
-/// `backend` makes (one per allocator: `virtual` or `cuda`; `host` would make a trace's sizes
-/// real memory), 'Cuda' memory of device 0, the allocator each config selects. Each
-/// distinct trace stream number gets its own stream. Every config is checked before the file
-/// is read.
+/// `arena` or `memory pool`: what the command calls the allocator a config selected.
+pub fn allocator_name(is_pool: bool) -> &'static str {
+    if is_pool {
+        "memory pool"
+    } else {
+        "arena"
+    }
+}
+
+/// Replays the trace file at `path` through fresh allocators `select` makes for each config
+/// (two per config: the peak pass and the timed pass). Each distinct trace stream number gets
+/// its own stream. Every config is checked before the file is read.
 pub fn replay_file(
     path: &str,
-    backend: &dyn Fn() -> Result<Arc<dyn Backend>>,
+    select: &dyn Fn(&ArenaConfig) -> Result<ReplayTarget>,
     configs: &[ArenaConfig],
     options: &FileReplayOptions,
     progress: &mut dyn Progress,
@@ -154,7 +171,7 @@ pub fn replay_file(
     for (i, config) in configs.iter().enumerate() {
         let label = format!("config {}/{}", i + 1, configs.len());
         runs.push(replay_one(
-            &parsed, backend, config, options, &label, progress,
+            &parsed, select, config, options, &label, progress,
         )?);
     }
     Ok(FileReplays {
@@ -175,7 +192,7 @@ pub fn replay_file(
 /// fresh allocator, reading them only for the samples.
 fn replay_one(
     parsed: &ParsedTrace,
-    backend: &dyn Fn() -> Result<Arc<dyn Backend>>,
+    select: &dyn Fn(&ArenaConfig) -> Result<ReplayTarget>,
     config: &ArenaConfig,
     options: &FileReplayOptions,
     label: &str,
@@ -184,18 +201,14 @@ fn replay_one(
     let ops = parsed.ops.len() as u64;
     let every = (parsed.ops.len() / options.samples.max(1) as usize).max(1);
     let wants_picture = options.picture || !options.memory_log_at.is_empty();
-    let select = || -> Result<Selected> {
-        let b = backend()?;
-        selected_allocator(&*b, MemoryKind::Cuda, 0, config)
-    };
     let (peak, picture) = {
-        let Selected {
-            allocator, kind, ..
-        } = select()?;
+        let ReplayTarget {
+            allocator, is_pool, ..
+        } = select(config)?;
         let streams = TraceStreams::for_trace(&parsed.ops)?;
         let mut recorder = wants_picture.then(|| {
             PictureRecorder::new(PictureOptions {
-                layout: kind != SharedKind::Mempool,
+                layout: !is_pool,
                 memory_logs_at: options.memory_log_at.clone(),
                 check_every: (ops / 16).max(1),
             })
@@ -215,11 +228,11 @@ fn replay_one(
         progress.end();
         (replayed?.0, recorder.map(PictureRecorder::finish))
     };
-    let Selected {
+    let ReplayTarget {
         allocator,
-        kind,
+        is_pool,
         warnings,
-    } = select()?;
+    } = select(config)?;
     let streams = TraceStreams::for_trace(&parsed.ops)?;
     progress.begin(label, ops);
     let replayed = replay_observed(&*allocator, &parsed.ops, &streams, false, every, &mut |x| {
@@ -234,7 +247,7 @@ fn replay_one(
         .unwrap_or_default();
     Ok(FileReplayRun {
         config: config.clone(),
-        allocator: allocator_name(kind),
+        allocator: allocator_name(is_pool),
         warnings,
         report,
         stats: allocator.stats(),
