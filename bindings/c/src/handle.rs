@@ -103,6 +103,29 @@ fn factory_for(backend: &str) -> Result<Arc<Factory>, ArenaError> {
     named_factory_for(&format!("c-abi-{backend}"), backend)
 }
 
+/// The config `n` key/value pairs give.
+///
+/// # Safety
+/// `keys` and `values` point at `n` NUL-terminated strings each (or may be NULL when `n` is 0).
+pub(crate) unsafe fn config_arg(
+    keys: *const *const c_char,
+    values: *const *const c_char,
+    n: usize,
+) -> Result<ArenaConfig, ArenaError> {
+    if n > 0 && (keys.is_null() || values.is_null()) {
+        return Err(invalid("keys or values is NULL with n > 0"));
+    }
+    let mut pairs = Vec::with_capacity(n.min(64));
+    for i in 0..n {
+        // SAFETY: the caller gives `n` key and value pointers.
+        let (k, v) = unsafe { (*keys.add(i), *values.add(i)) };
+        // SAFETY: each is a NUL-terminated string per the contract.
+        let (k, v) = unsafe { (str_arg(k, "key")?, str_arg(v, "value")?) };
+        pairs.push((k, v));
+    }
+    ArenaConfig::from_pairs(pairs)
+}
+
 /// # Safety
 /// As `cuda_arena_create`.
 unsafe fn create(
@@ -124,18 +147,8 @@ unsafe fn create(
     })?;
     let device = u32::try_from(device_id)
         .map_err(|_| invalid(format!("device_id {device_id} is negative")))?;
-    if n > 0 && (keys.is_null() || values.is_null()) {
-        return Err(invalid("keys or values is NULL with n > 0"));
-    }
-    let mut pairs = Vec::with_capacity(n);
-    for i in 0..n {
-        // SAFETY: the caller gives `n` key and value pointers.
-        let (k, v) = unsafe { (*keys.add(i), *values.add(i)) };
-        // SAFETY: each is a NUL-terminated string per the contract.
-        let (k, v) = unsafe { (str_arg(k, "key")?, str_arg(v, "value")?) };
-        pairs.push((k, v));
-    }
-    let config = ArenaConfig::from_pairs(pairs)?;
+    // SAFETY: forwarded from the caller's contract.
+    let config = unsafe { config_arg(keys, values, n) }?;
     let factory = factory_for(backend)?;
     let created = factory.create_allocator(MemoryInfo::new(kind, device), Some(&config))?;
     let handle = Handle {

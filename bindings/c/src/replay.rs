@@ -3,13 +3,13 @@
 //! JSON object with the command's `--json` names; `cuda_arena_string_free` gives it back.
 
 use crate::codes::{clear_last, fail};
-use crate::handle::{guard, invalid, str_arg};
+use crate::handle::{config_arg, guard, invalid, str_arg};
 use cuda_arena_core::devices::replay_target::replay_target;
 use cuda_arena_core::trace::replay_file::{
     replay_file, FileReplayOptions, FileReplays, NoProgress,
 };
 use cuda_arena_core::trace::trace_format::MAX_TRACE_LINES;
-use cuda_arena_core::{ArenaConfig, ArenaError};
+use cuda_arena_core::ArenaError;
 use cuda_sys_bridge::{backend_named, unknown_backend};
 use std::ffi::{c_char, CString};
 use std::fmt::Write;
@@ -91,18 +91,8 @@ unsafe fn replay(
     if !REPLAY_BACKENDS.contains(&backend) {
         return Err(unknown_backend(backend, &REPLAY_BACKENDS));
     }
-    if n > 0 && (keys.is_null() || values.is_null()) {
-        return Err(invalid("keys or values is NULL with n > 0"));
-    }
-    let mut pairs = Vec::with_capacity(n.min(64));
-    for i in 0..n {
-        // SAFETY: the caller gives `n` key and value pointers.
-        let (k, v) = unsafe { (*keys.add(i), *values.add(i)) };
-        // SAFETY: each is a NUL-terminated string per the contract.
-        let (k, v) = unsafe { (str_arg(k, "key")?, str_arg(v, "value")?) };
-        pairs.push((k, v));
-    }
-    let config = ArenaConfig::from_pairs(pairs)?;
+    // SAFETY: forwarded from the caller's contract.
+    let config = unsafe { config_arg(keys, values, n) }?;
     let options = FileReplayOptions {
         samples: 1,
         max_lines: MAX_TRACE_LINES,

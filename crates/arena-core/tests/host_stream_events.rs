@@ -540,18 +540,24 @@ fn past_the_headroom_another_threads_chunk_whose_stream_is_done_serves_without_n
     a.check_invariants().expect("invariants");
 }
 
+/// An arena in the default (virtual-memory) mode over 2 MiB pages, its host streams and their
+/// simulated events.
+fn vm_setup() -> (Arena<VirtualAllocator>, ForeignStreams, Arc<SimEvents>) {
+    let sim = SimEvents::new();
+    let events: Arc<dyn StreamEvents> = sim.clone();
+    let raw = VirtualAllocator::default().with_granularity(2 * MIB);
+    let a =
+        Arena::with_virtual_memory(raw.clone(), Arc::new(raw.vm()), config(&[])).expect("arena");
+    (a, ForeignStreams::with_events(Some(events)), sim)
+}
+
 /// Issue 25, ONNX Runtime's sessions in the default mode: a session's frees after its last
 /// allocation of a run no event can cover (its stream may be destroyed), so past the headroom
 /// another session's allocation waits for the device once, and that memory serves it instead
 /// of new pages.
 #[test]
 fn past_the_headroom_a_destroyable_streams_uncovered_frees_serve_after_one_device_wait() {
-    let sim = SimEvents::new();
-    let events: Arc<dyn StreamEvents> = sim.clone();
-    let f = ForeignStreams::with_events(Some(events));
-    let raw = VirtualAllocator::default().with_granularity(2 * MIB);
-    let a =
-        Arena::with_virtual_memory(raw.clone(), Arc::new(raw.vm()), config(&[])).expect("arena");
+    let (a, f, sim) = vm_setup();
     let (s, t) = (destroyable(&f, S), destroyable(&f, T));
     let p = on_destroyable(&a, &s, 64 * MIB);
     a.free(p)
@@ -568,12 +574,7 @@ fn past_the_headroom_a_destroyable_streams_uncovered_frees_serve_after_one_devic
 /// maps pages of its own.
 #[test]
 fn within_the_headroom_no_device_wait_for_destroyable_streams() {
-    let sim = SimEvents::new();
-    let events: Arc<dyn StreamEvents> = sim.clone();
-    let f = ForeignStreams::with_events(Some(events));
-    let raw = VirtualAllocator::default().with_granularity(2 * MIB);
-    let a =
-        Arena::with_virtual_memory(raw.clone(), Arc::new(raw.vm()), config(&[])).expect("arena");
+    let (a, f, sim) = vm_setup();
     let (s, t) = (destroyable(&f, S), destroyable(&f, T));
     let big = on_destroyable(&a, &s, 64 * MIB);
     let p = on_destroyable(&a, &s, 2 * MIB);
@@ -590,12 +591,7 @@ fn within_the_headroom_no_device_wait_for_destroyable_streams() {
 /// larger request fits (8 BERT sessions on an H100 mapped 3 GiB beside 3 GiB so).
 #[test]
 fn adjacent_free_chunks_of_streams_whose_work_is_done_merge_before_new_pages() {
-    let sim = SimEvents::new();
-    let events: Arc<dyn StreamEvents> = sim.clone();
-    let f = ForeignStreams::with_events(Some(events));
-    let raw = VirtualAllocator::default().with_granularity(2 * MIB);
-    let a =
-        Arena::with_virtual_memory(raw.clone(), Arc::new(raw.vm()), config(&[])).expect("arena");
+    let (a, f, sim) = vm_setup();
     let (s, t, u) = (
         destroyable(&f, S),
         destroyable(&f, T),
