@@ -12,30 +12,8 @@ use cuda_arena_core::{
 };
 use std::sync::Arc;
 
-/// One request's working set: 300 allocations of 256 B to 1 MiB from a seeded generator, the
-/// same for every turn (a model's shapes repeat).
-fn working_set() -> Vec<u64> {
-    let mut x = 0x2545_f491_4f6c_dd1du64;
-    (0..300)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            256 << (x % 13)
-        })
-        .collect()
-}
-
 fn live_bytes(sizes: &[u64]) -> u64 {
     sizes.iter().sum()
-}
-
-/// A turn: allocate the working set, then free it.
-fn turn(a: &Arena<VirtualAllocator>, sizes: &[u64]) {
-    let addrs: Vec<u64> = sizes.iter().map(|&s| alloc(a, s)).collect();
-    for x in addrs {
-        a.free(x).expect("live");
-    }
 }
 
 /// The two compositions: regions (ORT's arena) and mapped pages (virtual-memory mode).
@@ -55,12 +33,12 @@ fn arena(mode: Mode) -> Arena<VirtualAllocator> {
 /// Held ÷ the live set after `threads` pool threads each took `rounds` turns, one at a time.
 fn held_after_turns(mode: Mode, threads: usize, rounds: usize) -> f64 {
     let a = Arc::new(arena(mode));
-    let sizes = Arc::new(working_set());
+    let sizes = Arc::new(pool_working_set());
     let pool: Vec<Worker> = (0..threads).map(|_| Worker::new()).collect();
     for _ in 0..rounds {
         for w in &pool {
             let (a, sizes) = (a.clone(), sizes.clone());
-            w.run(move || turn(&a, &sizes));
+            w.run(move || pool_turn(&*a, &sizes));
         }
     }
     a.check_invariants().expect("consistent");
@@ -117,7 +95,7 @@ fn allocate_on_one_free_on_another(mode: Mode) {
     // thread allocates gradients and frees the activations (backward); the main thread frees
     // the gradients (optimizer step). Both threads live for the whole run.
     let a = Arc::new(arena(mode));
-    let sizes = Arc::new(working_set());
+    let sizes = Arc::new(pool_working_set());
     let (main, autograd) = (Worker::new(), Worker::new());
     for _ in 0..4 {
         let (a1, s1) = (a.clone(), sizes.clone());
@@ -218,7 +196,7 @@ fn threads_that_overlap_keep_every_promise(mode: Mode) {
     // Every chunk stays where the directory says, the stats add up, and nothing is lost.
     use cuda_arena_core::Stream;
     let a = Arc::new(arena(mode));
-    let sizes = Arc::new(working_set());
+    let sizes = Arc::new(pool_working_set());
     let handles: Vec<_> = (0..8u64)
         .map(|t| {
             let (a, sizes) = (a.clone(), sizes.clone());
@@ -284,7 +262,7 @@ fn k_sessions(mode: Mode, end: RunEnd, k: usize, rounds: usize) -> (f64, u64) {
             }
         })
         .collect();
-    let base = working_set();
+    let base = pool_working_set();
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
     let mut peak_held = 0;
     for round in 0..rounds {

@@ -95,3 +95,25 @@ impl Drop for Worker {
         }
     }
 }
+
+/// One request's working set for pool-thread tests: 300 allocations of 256 B to 1 MiB from a
+/// seeded generator, the same for every turn (a model's shapes repeat).
+pub fn pool_working_set() -> Vec<u64> {
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    (0..300)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            256 << (x % 13)
+        })
+        .collect()
+}
+
+/// A pool thread's turn: allocate the working set, then free it.
+pub fn pool_turn(a: &(impl Allocator + ?Sized), sizes: &[u64]) {
+    let addrs: Vec<u64> = sizes.iter().map(|&s| alloc(a, s)).collect();
+    for x in addrs {
+        a.free(x).expect("live");
+    }
+}

@@ -382,7 +382,24 @@ impl<R: RawAllocator> Arena<R> {
         global: &mut Option<MutexGuard<'a, Global>>,
     ) -> Option<u64> {
         let consumer = stream.map_or(0, Stream::id);
-        for (t, sub) in self.others_indexed(me) {
+        // The sub-arena that holds the most first, the others by index: the pool's threads then
+        // cut one sub-arena's memory as one arena would. Taken in index order, where the
+        // thread that mapped the memory may come last, each turn cut the few pieces of the
+        // last thread's part first and mapped what no piece fitted (16 pool threads in
+        // descending order of their numbers: 1.72x the live set against 1.07); taken by most
+        // free, the source changed mid-turn (1.30x).
+        let mut order: Vec<(u64, usize)> = self
+            .others_indexed(me)
+            .map(|(t, sub)| {
+                let st = sub.lock();
+                (st.held(), t)
+            })
+            .collect();
+        order.sort_unstable_by_key(|&(free, t)| (std::cmp::Reverse(free), t));
+        for (_, t) in order {
+            let Some(sub) = self.subs.get(t) else {
+                continue;
+            };
             let mut st = sub.lock();
             let from_idle = idle.contains(&t);
             // Past the ceiling, a busy sub-arena's free chunks serve too (K sessions on a pool
