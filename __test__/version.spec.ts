@@ -54,6 +54,7 @@ test('npm version X bumps every npm package, crate, lock file and the header to 
     t.is(JSON.parse(read('npm/linux-arm64-gnu/package.json')).version, '7.8.9')
     t.regex(read('Cargo.toml'), /\[workspace\.package\]\nversion = "7\.8\.9"/)
     t.regex(read('bindings/c/include/cuda_arena.h'), /#define CUDA_ARENA_VERSION "7\.8\.9"/)
+    t.regex(read('python/cuda_arena/_version.py'), /^__version__ = "7\.8\.9"$/m)
     // Cargo agrees: the lock file matches the manifests without being rewritten.
     const meta = spawnSync('cargo', ['metadata', '--locked', '--offline', '--format-version', '1'], { cwd: dir, encoding: 'utf8', maxBuffer: 64 << 20 })
     t.is(meta.status, 0, meta.stderr)

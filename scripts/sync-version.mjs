@@ -4,7 +4,8 @@
 //   - package-lock.json (npm does too; checked here);
 //   - every npm/<platform>/package.json;
 //   - Cargo.toml ([workspace.package] and the crates' [workspace.dependencies]) and Cargo.lock;
-//   - the C header's CUDA_ARENA_VERSION.
+//   - the C header's CUDA_ARENA_VERSION;
+//   - the Python package's __version__ (python/cuda_arena/_version.py; its wheels take it).
 //
 //   node scripts/sync-version.mjs [--check] [--git-add]
 //
@@ -108,6 +109,13 @@ update('Cargo.lock', (text, found) => {
 update('bindings/c/include/cuda_arena.h', (text, found) =>
   text.replace(/(#define CUDA_ARENA_VERSION ")([^"]*)(")/, (_, a, v, b) => {
     found.push({ what: 'CUDA_ARENA_VERSION', value: v })
+    return a + version + b
+  }),
+)
+
+update('python/cuda_arena/_version.py', (text, found) =>
+  text.replace(/^(__version__ = ")([^"]*)(")$/m, (_, a, v, b) => {
+    found.push({ what: '__version__', value: v })
     return a + version + b
   }),
 )
