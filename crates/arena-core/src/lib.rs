@@ -15,6 +15,7 @@ pub mod trace;
 pub mod types;
 
 pub use allocators::allocator::{Allocator, PlainAllocator, ORT_ALLOCATOR_VERSION};
+pub use allocators::block_state::BlockState;
 pub use allocators::live_blocks::LiveBlocks;
 pub use allocators::pool::PoolAllocator;
 pub use arena::Arena;

@@ -19,8 +19,8 @@ use crate::device::DeviceContext;
 use crate::driver;
 use crate::stream::{check_live, with_stream};
 use cuda_arena_core::{
-    Allocator, AllocatorStats, ArenaConfig, ArenaError, LiveBlocks, MemoryInfo, MemoryKind,
-    MemoryLog, Result, Stream, StreamId, StreamUser,
+    Allocator, AllocatorStats, ArenaConfig, BlockState, MemoryInfo, MemoryKind, MemoryLog, Result,
+    Stream, StreamId, StreamUser,
 };
 use parking_lot::Mutex;
 use std::sync::Arc;
@@ -79,26 +79,24 @@ impl std::ops::Deref for SharedState {
     }
 }
 
+/// Live allocations, tagged with the stream each was allocated on; the stats; retired.
 #[derive(Debug)]
-struct PoolState {
-    /// Live allocations, tagged with the stream each was allocated on.
-    live: LiveBlocks<BlockStream>,
-    stats: AllocatorStats,
-    /// Set by `retire`: the pool is trimmed and every call fails.
-    retired: bool,
+struct PoolState(BlockState<BlockStream>);
+
+impl std::ops::Deref for PoolState {
+    type Target = BlockState<BlockStream>;
+    fn deref(&self) -> &BlockState<BlockStream> {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for PoolState {
+    fn deref_mut(&mut self) -> &mut BlockState<BlockStream> {
+        &mut self.0
+    }
 }
 
 impl PoolState {
-    fn check_live(&self) -> Result<()> {
-        if self.retired {
-            Err(ArenaError::Released {
-                what: "the allocator".into(),
-            })
-        } else {
-            Ok(())
-        }
-    }
-
     /// Blocks live on stream `id` will be freed on the legacy stream: the stream's work is
     /// done, and it may be destroyed before they are freed.
     fn forget_stream(&mut self, id: StreamId) {
@@ -144,11 +142,10 @@ impl CudaPoolAllocator {
             ctx,
             pool: pool as usize,
             bytes_to_keep_on_shrink: config.cuda_mempool_bytes_to_keep_on_shrink,
-            state: Arc::new(SharedState(Mutex::new(PoolState {
-                live: LiveBlocks::new("this memory pool"),
-                stats: AllocatorStats::default(),
-                retired: false,
-            }))),
+            state: Arc::new(SharedState(Mutex::new(PoolState(BlockState::new(
+                "this memory pool",
+                AllocatorStats::default(),
+            ))))),
         })
     }
 
@@ -184,8 +181,7 @@ impl CudaPoolAllocator {
             let _ = tag.with(|s| driver::free_async(addr, s));
             return Err(e);
         }
-        st.live.insert(addr, size, tag);
-        st.stats.add_in_use(size, size);
+        st.add(addr, size, tag);
         drop(st);
         // The block is tagged with the stream now: the stream must tell us when it goes.
         if let Some(s) = stream {
@@ -197,9 +193,7 @@ impl CudaPoolAllocator {
     /// Runs `op` once `[addr, addr+len)` is inside one live allocation whose stream has
     /// finished its work (so a synchronous copy sees what the stream wrote).
     fn in_range<T>(&self, addr: u64, len: u64, op: impl FnOnce() -> Result<T>) -> Result<T> {
-        let st = self.state.lock();
-        st.check_live()?;
-        let stream = st.live.containing(addr, len)?;
+        let stream = self.state.lock().containing(addr, len)?;
         let _current = self.ctx.make_current()?;
         stream.with(driver::stream_synchronize)?;
         op()
@@ -244,14 +238,7 @@ impl Allocator for CudaPoolAllocator {
         if addr == 0 {
             return Ok(());
         }
-        let (size, stream) = {
-            let mut st = self.state.lock();
-            st.check_live()?;
-            // DESIGN decision 8: a foreign free is an error, not a logged warning.
-            let (size, stream) = st.live.remove(addr)?;
-            st.stats.remove_in_use(size, size);
-            (size, stream)
-        };
+        let (size, stream) = self.state.lock().take(addr)?;
         // The driver call runs outside the lock (the block is no one's meanwhile); on the
         // stream it was allocated on: see the module docs.
         let freed = self
@@ -262,34 +249,14 @@ impl Allocator for CudaPoolAllocator {
             // A failed call changes nothing: the block is live again.
             let mut st = self.state.lock();
             if !st.retired {
-                st.live.insert(addr, size, stream);
-                st.stats.in_use += size;
-                st.stats.requested_in_use += size;
+                st.add(addr, size, stream);
             }
             return Err(e);
         }
         Ok(())
     }
 
-    /// ORT's pool serves a reserve as an allocation.
-    fn reserve(&self, size: u64) -> Result<Option<u64>> {
-        self.allocate(size, None)
-    }
-
-    fn is_stream_aware(&self) -> bool {
-        true
-    }
-
-    fn alloc_on_stream(&self, size: u64, stream: &Stream) -> Result<Option<u64>> {
-        self.allocate(size, Some(stream))
-    }
-
-    fn reset_chunks_using_stream(&self, stream: &Stream) -> Result<()> {
-        let mut st = self.state.lock();
-        st.check_live()?;
-        st.forget_stream(stream.id());
-        Ok(())
-    }
+    cuda_arena_core::stream_ordered_pool_methods!();
 
     fn info(&self) -> MemoryInfo {
         MemoryInfo::new(MemoryKind::Cuda, self.ctx.ordinal)
@@ -330,15 +297,7 @@ impl Allocator for CudaPoolAllocator {
         st.live.log(stats)
     }
 
-    fn allocated_size(&self, addr: u64) -> Result<u64> {
-        let st = self.state.lock();
-        st.check_live()?;
-        Ok(st.live.get(addr)?.0)
-    }
-
-    fn requested_size(&self, addr: u64) -> Result<u64> {
-        self.allocated_size(addr)
-    }
+    cuda_arena_core::block_state_lookups!();
 
     fn write(&self, addr: u64, data: &[u8]) -> Result<()> {
         self.in_range(addr, data.len() as u64, || driver::copy_htod(addr, data))
@@ -351,12 +310,5 @@ impl Allocator for CudaPoolAllocator {
 
     fn fill(&self, addr: u64, byte: u8, len: u64) -> Result<()> {
         self.in_range(addr, len, || driver::memset(addr, byte, len))
-    }
-
-    fn retire(&self) {
-        let mut st = self.state.lock();
-        if !st.retired {
-            self.retire_state(&mut st);
-        }
     }
 }

@@ -1,7 +1,7 @@
 //! The `Allocator` trait, ONNX Runtime's `OrtAllocator` shape, and [`PlainAllocator`], the
 //! arena-less allocator used for read-only (initializer) memory.
 
-use crate::allocators::live_blocks::{ledger_backed_methods, LiveBlocks};
+use crate::allocators::block_state::{raw_block_methods, BlockState};
 use crate::raw::RawAllocator;
 use crate::streams::stream::Stream;
 use crate::types::error::{ArenaError, Result};
@@ -151,24 +151,8 @@ pub struct PlainAllocator<R: RawAllocator> {
     state: Mutex<PlainState>,
 }
 
-#[derive(Debug)]
-struct PlainState {
-    /// Live allocations, tagged with whether each is a reserve.
-    live: LiveBlocks<bool>,
-    stats: AllocatorStats,
-    /// Set by `retire`: everything went back and every call fails.
-    retired: bool,
-}
-
-impl PlainState {
-    fn check_live(&self) -> Result<()> {
-        if self.retired {
-            Err(retired())
-        } else {
-            Ok(())
-        }
-    }
-}
+/// Live allocations, tagged with whether each is a reserve.
+type PlainState = BlockState<bool>;
 
 impl<R: RawAllocator> PlainAllocator<R> {
     /// A plain allocator over `raw`.
@@ -176,11 +160,10 @@ impl<R: RawAllocator> PlainAllocator<R> {
         PlainAllocator {
             info: raw.info(),
             raw,
-            state: Mutex::new(PlainState {
-                live: LiveBlocks::new("this allocator"),
-                stats: AllocatorStats::with_limit(u64::MAX),
-                retired: false,
-            }),
+            state: Mutex::new(BlockState::new(
+                "this allocator",
+                AllocatorStats::with_limit(u64::MAX),
+            )),
         }
     }
 
@@ -202,8 +185,7 @@ impl<R: RawAllocator> PlainAllocator<R> {
         let mut st = self.state.lock();
         st.check_live()?;
         let addr = self.raw.alloc(size)?;
-        st.live.insert(addr, size, reserve);
-        st.stats.add_in_use(size, size);
+        st.add(addr, size, reserve);
         st.stats.total_allocated += size;
         if reserve {
             st.stats.num_reserves += 1;
@@ -216,8 +198,7 @@ impl<R: RawAllocator> PlainAllocator<R> {
     /// allocation, so no free can race the copy.
     fn in_range<T>(&self, addr: u64, len: u64, op: impl FnOnce(&R) -> Result<T>) -> Result<T> {
         let st = self.state.lock();
-        st.check_live()?;
-        st.live.containing(addr, len)?;
+        st.containing(addr, len)?;
         op(&self.raw)
     }
 
@@ -233,15 +214,7 @@ impl<R: RawAllocator> PlainAllocator<R> {
 
 impl<R: RawAllocator> Drop for PlainAllocator<R> {
     fn drop(&mut self) {
-        let mut st = std::mem::replace(
-            self.state.get_mut(),
-            PlainState {
-                live: LiveBlocks::new("this allocator"),
-                stats: AllocatorStats::default(),
-                retired: true,
-            },
-        );
-        self.retire_state(&mut st);
+        Allocator::retire(self);
     }
 }
 
@@ -257,9 +230,9 @@ impl<R: RawAllocator> Allocator for PlainAllocator<R> {
         let mut st = self.state.lock();
         st.check_live()?;
         let (size, reserve) = st.live.get(addr)?;
+        // The raw free first: refused, the block stays live and counted.
         self.raw.free(addr, size)?;
-        st.live.remove(addr)?;
-        st.stats.remove_in_use(size, size);
+        st.take(addr)?;
         st.stats.total_allocated -= size;
         if reserve {
             st.stats.reserved_bytes -= size;
@@ -279,5 +252,5 @@ impl<R: RawAllocator> Allocator for PlainAllocator<R> {
         self.state.lock().stats
     }
 
-    ledger_backed_methods!();
+    raw_block_methods!();
 }

@@ -85,51 +85,6 @@ impl<T: Copy> LiveBlocks<T> {
     }
 }
 
-/// The [`Allocator`](crate::Allocator) methods an allocator gets from its [`LiveBlocks`]
-/// ledger: the memory log, sizes, copies under the lock and retiring. One copy for the plain
-/// allocator and the pool's simulation, whose `self.state` locks a state with `live`, `stats`,
-/// `retired` and `check_live()`, and which have `in_range` and `retire_state`.
-macro_rules! ledger_backed_methods {
-    () => {
-        fn memory_log(&self) -> MemoryLog {
-            let st = self.state.lock();
-            st.live.log(st.stats)
-        }
-
-        fn allocated_size(&self, addr: u64) -> Result<u64> {
-            let st = self.state.lock();
-            st.check_live()?;
-            Ok(st.live.get(addr)?.0)
-        }
-
-        fn requested_size(&self, addr: u64) -> Result<u64> {
-            self.allocated_size(addr)
-        }
-
-        fn write(&self, addr: u64, data: &[u8]) -> Result<()> {
-            self.in_range(addr, data.len() as u64, |raw| raw.write(addr, data))
-        }
-
-        fn read(&self, addr: u64, out: &mut [u8]) -> Result<()> {
-            let len = out.len() as u64;
-            self.in_range(addr, len, |raw| raw.read(addr, out))
-        }
-
-        fn fill(&self, addr: u64, byte: u8, len: u64) -> Result<()> {
-            self.in_range(addr, len, |raw| raw.fill(addr, byte, len))
-        }
-
-        fn retire(&self) {
-            let mut st = self.state.lock();
-            if !st.retired {
-                self.retire_state(&mut st);
-            }
-        }
-    };
-}
-
-pub(crate) use ledger_backed_methods;
-
 #[cfg(test)]
 mod tests {
     use super::*;

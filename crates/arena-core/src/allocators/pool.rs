@@ -7,8 +7,8 @@
 //! stream's blocks lose their tag (the state is shared with the stream through a weak
 //! reference, as the arena's is).
 
-use crate::allocators::allocator::{retired, Allocator};
-use crate::allocators::live_blocks::{ledger_backed_methods, LiveBlocks};
+use crate::allocators::allocator::Allocator;
+use crate::allocators::block_state::{raw_block_methods, BlockState};
 use crate::raw::RawAllocator;
 use crate::streams::stream::{Stream, StreamId, StreamUser};
 use crate::types::config::ArenaConfig;
@@ -31,24 +31,26 @@ pub struct PoolAllocator<R: RawAllocator> {
 #[derive(Debug)]
 struct PoolState {
     /// Live allocations, tagged with their stream.
-    live: LiveBlocks<StreamId>,
+    blocks: BlockState<StreamId>,
     /// Freed blocks kept for reuse: (address, size, stream), oldest first.
     cached: Vec<(u64, u64, StreamId)>,
     cached_bytes: u64,
-    stats: AllocatorStats,
-    /// Set by `retire`: everything went back and every call fails.
-    retired: bool,
+}
+
+impl std::ops::Deref for PoolState {
+    type Target = BlockState<StreamId>;
+    fn deref(&self) -> &BlockState<StreamId> {
+        &self.blocks
+    }
+}
+
+impl std::ops::DerefMut for PoolState {
+    fn deref_mut(&mut self) -> &mut BlockState<StreamId> {
+        &mut self.blocks
+    }
 }
 
 impl PoolState {
-    fn check_live(&self) -> Result<()> {
-        if self.retired {
-            Err(retired())
-        } else {
-            Ok(())
-        }
-    }
-
     /// Blocks tagged with `stream` become anyone's.
     fn forget_stream(&mut self, stream: StreamId) {
         for (_, _, s) in self.cached.iter_mut() {
@@ -56,7 +58,7 @@ impl PoolState {
                 *s = 0;
             }
         }
-        self.live.retag(stream, 0);
+        self.blocks.live.retag(stream, 0);
     }
 }
 
@@ -79,14 +81,15 @@ impl<R: RawAllocator> PoolAllocator<R> {
             release_threshold: config.cuda_mempool_release_threshold.unwrap_or(u64::MAX),
             bytes_to_keep_on_shrink: config.cuda_mempool_bytes_to_keep_on_shrink,
             state: Arc::new(Mutex::new(PoolState {
-                live: LiveBlocks::new("this memory pool"),
+                blocks: BlockState::new(
+                    "this memory pool",
+                    AllocatorStats {
+                        limit: 0,
+                        ..Default::default()
+                    },
+                ),
                 cached: Vec::new(),
                 cached_bytes: 0,
-                stats: AllocatorStats {
-                    limit: 0,
-                    ..Default::default()
-                },
-                retired: false,
             })),
         }
     }
@@ -122,16 +125,14 @@ impl<R: RawAllocator> PoolAllocator<R> {
                 addr
             }
         };
-        st.live.insert(addr, size, stream);
-        st.stats.add_in_use(size, size);
+        st.add(addr, size, stream);
         Ok(Some(addr))
     }
 
     /// Runs `op` under the lock once `[addr, addr+len)` is known to lie in one live block.
     fn in_range<T>(&self, addr: u64, len: u64, op: impl FnOnce(&R) -> Result<T>) -> Result<T> {
         let st = self.state.lock();
-        st.check_live()?;
-        st.live.containing(addr, len)?;
+        st.containing(addr, len)?;
         op(&self.raw)
     }
 
@@ -182,10 +183,7 @@ impl<R: RawAllocator> Allocator for PoolAllocator<R> {
             return Ok(());
         }
         let mut st = self.state.lock();
-        st.check_live()?;
-        // DESIGN decision 8: a foreign free is an error, not a warning.
-        let (size, stream) = st.live.remove(addr)?;
-        st.stats.remove_in_use(size, size);
+        let (size, stream) = st.take(addr)?;
         st.cached.push((addr, size, stream));
         st.cached_bytes += size;
         let threshold = self.release_threshold;
@@ -194,25 +192,7 @@ impl<R: RawAllocator> Allocator for PoolAllocator<R> {
         Ok(())
     }
 
-    /// A pool has no reserve of its own: ORT's pool allocator serves it as an allocation.
-    fn reserve(&self, size: u64) -> Result<Option<u64>> {
-        self.allocate(size, None)
-    }
-
-    fn is_stream_aware(&self) -> bool {
-        true
-    }
-
-    fn alloc_on_stream(&self, size: u64, stream: &Stream) -> Result<Option<u64>> {
-        self.allocate(size, Some(stream))
-    }
-
-    fn reset_chunks_using_stream(&self, stream: &Stream) -> Result<()> {
-        let mut st = self.state.lock();
-        st.check_live()?;
-        st.forget_stream(stream.id());
-        Ok(())
-    }
+    crate::stream_ordered_pool_methods!();
 
     fn info(&self) -> MemoryInfo {
         self.raw.info()
@@ -234,5 +214,5 @@ impl<R: RawAllocator> Allocator for PoolAllocator<R> {
         Ok(())
     }
 
-    ledger_backed_methods!();
+    raw_block_methods!();
 }
