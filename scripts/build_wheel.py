@@ -25,7 +25,7 @@ import os
 import re
 import sys
 import zipfile
-from typing import Dict, List, Tuple
+from typing import Dict, List, NoReturn, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCE = os.path.join(ROOT, "python", "cuda_arena")
@@ -45,7 +45,7 @@ def read(path: str) -> bytes:
         return f.read()
 
 
-def fail(message: str) -> None:
+def fail(message: str) -> NoReturn:
     print(f"build_wheel: {message}", file=sys.stderr)
     sys.exit(1)
 

@@ -4,16 +4,19 @@ the C ABI takes."""
 from __future__ import annotations
 
 import sys
-from typing import Optional, Union
+from typing import TYPE_CHECKING, Optional, Union
 
 from .errors import invalid_argument
+
+if TYPE_CHECKING:
+    import torch
 
 #: The library serves devices 0 to 63 (``cuda_arena_torch_*``'s bound).
 MAX_DEVICES = 64
 
 #: An index, ``"cuda"`` / ``"cuda:N"``, a ``torch.device`` of type cuda, or None (the current
 #: device).
-Device = Union[int, str, "torch.device", None]  # noqa: F821 (torch is imported lazily)
+Device = Union[int, str, "torch.device", None]
 
 
 def _current() -> int:
@@ -48,10 +51,10 @@ def device_index(device: Device, name: str = "device") -> int:
         if not number.isdigit() or not number.isascii():
             raise invalid_argument(name, "must be 'cuda:N' with N a device index", device)
         return _index(int(number), name, device)
-    kind: Optional[object] = getattr(device, "type", None)
-    if kind is not None and not isinstance(device, int):
+    device_type: Optional[object] = getattr(device, "type", None)
+    if device_type is not None and not isinstance(device, int):
         # A torch.device: its type and index.
-        if kind != "cuda":
+        if device_type != "cuda":
             raise invalid_argument(name, "must be a CUDA device", device)
         index = getattr(device, "index", None)
         return _current() if index is None else _index(index, name, device)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from typing import TYPE_CHECKING, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, Optional, Tuple, cast
 
 from . import _recording, _setup
 from ._config import Config, conf_string
@@ -66,7 +66,7 @@ def _import_torch() -> "ModuleType":
         import torch
     except ImportError as e:
         raise CudaArenaError(ERR_TORCH_NOT_FOUND, f"cannot import torch: {e}") from e
-    return torch
+    return cast("ModuleType", torch)
 
 
 def install(config: Optional[Config] = None, *, device: Device = None) -> "CUDAPluggableAllocator":
