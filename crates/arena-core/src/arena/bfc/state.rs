@@ -184,9 +184,6 @@ impl State {
         }
     }
 
-    /// The best free chunk for `rounded` bytes that `stream` (id `consumer`, 0: no stream) may
-    /// use. The stream's clock is locked only if a chunk of another stream is considered.
-    #[inline(always)]
     /// The best free chunk of stream `consumer` itself for `rounded` bytes, in its class.
     pub(super) fn find_of_stream(&self, rounded: u64, consumer: StreamId) -> Option<u32> {
         let chunks = &self.chunks;
@@ -213,6 +210,9 @@ impl State {
         })
     }
 
+    /// The best free chunk for `rounded` bytes that `stream` (id `consumer`, 0: no stream) may
+    /// use. The stream's clock is locked only if a chunk of another stream is considered.
+    #[inline(always)]
     pub(super) fn find(
         &self,
         rounded: u64,
