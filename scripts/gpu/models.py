@@ -101,6 +101,13 @@ def parse_args(argv):
     p.add_argument("--check", nargs="?", const="", metavar="REF.json",
                    help="check memory back after empty_cache, and outputs equal to REF's")
     p.add_argument("--lib", default=DEFAULT_LIB, help="libcuda_arena.so (default: .device/)")
+    p.add_argument("--via-wheel", action="store_true",
+                   help="arena: installed by the cuda_arena package (cuda_arena.torch.install(), "
+                        "its own library) instead of this script's ctypes; the JSON compares "
+                        "cuda_arena.torch.memory_stats with the C stats at the end")
+    p.add_argument("--record", metavar="PATH",
+                   help="with --via-wheel: cuda_arena.torch.start_recording(PATH) from the "
+                        "baseline to the end of the workload")
     p.add_argument("--warn-only", action="store_true",
                    help="use_deterministic_algorithms(True, warn_only=True)")
     p.add_argument("--seed", type=int, default=0)
@@ -123,6 +130,10 @@ def parse_args(argv):
     if a.snapshot and kind == "arena":
         p.error("--snapshot needs torch's own allocator (native or expandable): torch records "
                 "no history through a pluggable allocator")
+    if a.via_wheel and kind != "arena":
+        p.error("--via-wheel installs cuda-arena: it needs the allocator arena or arena:CONF")
+    if a.record and not a.via_wheel:
+        p.error("--record needs --via-wheel (cuda_arena.torch.start_recording)")
     a.kind, a.conf = kind, conf
     defaults = {
         "gpt2-train": dict(steps=10, warmup=2, batch=8, seq=1024),
@@ -170,10 +181,30 @@ class Stats(ctypes.Structure):
             "requested_in_use", "reserved_bytes")]
 
 
+# cuda_arena.torch.memory_stats' keys and the C fields they must equal.
+WHEEL_KEYS = [("InUse", "in_use"), ("TotalAllocated", "total_allocated"),
+              ("MaxInUse", "max_in_use"), ("NumAllocs", "num_allocs"),
+              ("RequestedInUse", "requested_in_use"), ("MaxAllocSize", "max_alloc_size"),
+              ("NumArenaExtensions", "num_arena_extensions"),
+              ("allocated_bytes.all.current", "in_use"),
+              ("reserved_bytes.all.current", "total_allocated")]
+
+
 class Arena:
     """libcuda_arena.so installed as torch's allocator, and its counters through ctypes."""
 
-    def __init__(self, torch, path):
+    def __init__(self, torch, path, via_wheel=False):
+        if via_wheel:
+            # The package's own install; the same library (dlopen finds it loaded) for the
+            # C stats this script compares the package's with.
+            import cuda_arena
+            import cuda_arena.torch
+            cuda_arena.torch.install()
+            self.path = str(cuda_arena.library_path())
+            self.lib = ctypes.CDLL(self.path)
+            self.lib.cuda_arena_torch_stats.argtypes = [ctypes.c_int, ctypes.POINTER(Stats)]
+            self.lib.cuda_arena_torch_stats.restype = ctypes.c_int
+            return
         self.path = os.path.abspath(path)
         if not os.path.exists(self.path):
             raise FileNotFoundError(f"{self.path}: build it with scripts/gpu/build-device.sh")
@@ -599,7 +630,7 @@ def run(a, result):
 
     arena = None
     if a.kind == "arena" and not a.dry_run:
-        arena = Arena(torch, a.lib)  # before anything initialises CUDA's allocator
+        arena = Arena(torch, a.lib, a.via_wheel)  # before anything initialises CUDA's allocator
     if not a.dry_run and not torch.cuda.is_available():
         raise RuntimeError("no CUDA device (use --dry-run to check the script without one)")
 
@@ -642,6 +673,10 @@ def run(a, result):
     if a.snapshot and not a.dry_run:
         torch.cuda.memory._record_memory_history(
             enabled="all", context=None, max_entries=SNAPSHOT_ENTRIES)
+
+    if a.record and not a.dry_run:
+        import cuda_arena.torch
+        cuda_arena.torch.start_recording(a.record, 0)
 
     w = WORKLOAD_CLASSES[a.workload](a, torch, dev)
     result["unit"] = w.unit
@@ -715,6 +750,18 @@ def run(a, result):
                 peak_requested_bytes_sampled=poller.max_requested,
                 held_at_end_bytes=end["held"] - base_alloc["held"],
                 regions=end["regions"], allocs=end["allocs"])
+    if a.via_wheel and arena is not None:
+        import cuda_arena.torch
+        torch.cuda.synchronize()
+        c, wheel = arena.stats(), cuda_arena.torch.memory_stats(0)
+        pairs = {k: (wheel.get(k), getattr(c, f)) for k, f in WHEEL_KEYS}
+        result["wheel"] = dict(package=cuda_arena.__version__, library=arena.path,
+                               stats_equal=all(x == y for x, y in pairs.values()),
+                               memory_stats=wheel)
+        if a.record:
+            result["wheel"]["recording"] = dict(
+                path=cuda_arena.torch.stop_recording(0), max_in_use=c.max_in_use,
+                bytes=os.path.getsize(a.record))
     if a.snapshot and not a.dry_run:
         torch.cuda.memory._dump_snapshot(a.snapshot)
         torch.cuda.memory._record_memory_history(enabled=None)

@@ -35,6 +35,11 @@
 # the lists; PROOF_SNAPSHOT=0 skips the native-snapshot runs (a table of native, expandable,
 # the arena and the candidates from one run: PROOF_CANDIDATES="best=CONF"); PROOF_RUN_TIMEOUT_S (default 120) bounds each process; PROOF_MODELS_ARGS is added
 # to every models.py command (e.g. "--dry-run --steps 1" to try this script without a GPU).
+# PROOF_WHEEL_SITE=DIR (issue 28): phase 1 adds a "wheel" run of every workload, the arena
+# installed by the cuda_arena package of the wheel installed in DIR (`pip install --target DIR
+# dist/python/*.whl`; models.py --via-wheel: its JSON says whether cuda_arena.torch.memory_stats
+# equals the C stats), decoder-generate's recording its traffic (cuda_arena.torch.start_recording)
+# into $OUT/recording.decoder-generate.jsonl.xz, for `cuda-arena replay` here.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 phase=${1:-}
@@ -118,6 +123,14 @@ if [ "$phase" = 2 ]; then
 else
   for w in "${workloads[@]}"; do run native "$w" native --check; done
   for w in "${workloads[@]}"; do run arena "$w" arena --check "$(ref "$w")"; done
+  if [ -n "${PROOF_WHEEL_SITE:-}" ]; then
+    mkdir -p "$work/recordings"
+    for w in "${workloads[@]}"; do
+      rec=()
+      [ "$w" = decoder-generate ] && rec=(--record "$work/recordings/$w.jsonl")
+      PYTHONPATH="$PROOF_WHEEL_SITE" run wheel "$w" arena --via-wheel "${rec[@]}" --check "$(ref "$w")"
+    done
+  fi
   for w in "${workloads[@]}"; do run expandable "$w" expandable --check "$(ref "$w")"; done
   if [ "${PROOF_SNAPSHOT:-1}" = 1 ]; then
     for w in "${workloads[@]}"; do
@@ -163,6 +176,12 @@ PY
   echo "snapshot $w: $(stat -c %s "$p") bytes, $(stat -c %s "$OUT/snapshot.$w.pickle.xz") compressed"
 done
 
+for r in "$work"/recordings/*.jsonl; do
+  [ -f "$r" ] || continue
+  compress "$r" "$OUT/recording.$(basename "$r").xz"
+  echo "recording $(basename "$r"): $(stat -c %s "$r") bytes, $(stat -c %s "$OUT/recording.$(basename "$r").xz") compressed"
+done
+
 # --- the summary (summarize.mjs makes the README's table from the same JSON) --------------
 python3 - "$work/runs" <<'PY' | tee "$OUT/summary.txt"
 import glob, json, os, sys
@@ -196,6 +215,10 @@ for w, by in sorted(runs.items(), key=lambda kv: (known.index(kv[0]) if kv[0] in
             print("    error:", r["error"].strip().split("\n")[-1][:200])
         for f in c.get("failures", []):
             print("    check:", f[:200])
+        if "wheel" in r:
+            wh = r["wheel"]
+            print(f"    wheel {wh['package']}: memory_stats equal to the C stats: {wh['stats_equal']}"
+                  + (f"; recording MaxInUse {wh['recording']['max_in_use']}" if "recording" in wh else ""))
 PY
 
 if command -v xz >/dev/null; then tar -C "$work" -cJf "$OUT/proof.tar.xz" runs logs env.txt
