@@ -217,16 +217,6 @@ impl<R: RawAllocator> Arena<R> {
             }
             st = sub.lock();
             st.check_live()?;
-        } else if consumer != 0 {
-            // Within the headroom too, a free chunk of this very stream elsewhere before new
-            // pages: PyTorch's backward pass runs on its autograd thread, on the stream of the
-            // forward pass whose activations it frees into the main thread's part.
-            drop(st);
-            if let Some(addr) = self.steal(me, &[], false, rounded, size, stream, &mut global) {
-                return Ok(Mapped::Taken(addr));
-            }
-            st = sub.lock();
-            st.check_live()?;
         }
         // Threads busy at once map within the arena-wide ceiling rather than each within its
         // own headroom: unmapping its own free pages to map others, each thread would call the
