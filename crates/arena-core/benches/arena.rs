@@ -6,7 +6,8 @@
 //! freed on, among the first thousand a set sees and after 15,000, in region and virtual-memory mode.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use cuda_arena_core::trace::{mixed_trace, replay};
+use cuda_arena_core::trace::replay;
+use cuda_arena_core::trace::synthetic::mixed_trace;
 use cuda_arena_core::{
     Allocator, Arena, ArenaConfig, DeviceLimits, ForeignStreams, HostAllocator, RecordingAllocator,
     SimEvents, StreamEvents, VirtualAllocator, VirtualMemory,

@@ -19,7 +19,8 @@
 //! `LOG=1` (each arena's regions or mapped extents and stats at the end, on stderr).
 //! `BENCH_JSON=path` appends one JSON object per row.
 
-use cuda_arena_core::trace::{named_trace, TraceOp};
+use cuda_arena_core::trace::synthetic::named_trace;
+use cuda_arena_core::trace::TraceOp;
 use cuda_arena_core::{Allocator, Arena, ArenaConfig, Stream, VirtualAllocator, VirtualMemory};
 use std::io::Write;
 use std::sync::{Arc, Barrier};

@@ -14,7 +14,8 @@
 //! what decides the new mode's time on the device.
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use cuda_arena_core::trace::{named_trace, replay, TraceOp};
+use cuda_arena_core::trace::synthetic::named_trace;
+use cuda_arena_core::trace::{replay, TraceOp};
 use cuda_arena_core::{
     Allocator, Arena, ArenaConfig, RawAllocator, VirtualAllocator, VirtualMemory,
 };

@@ -1,6 +1,7 @@
 //! Replays a named trace on the `virtual` backend and prints ns/op, for profilers:
 //! `cargo run --release -p cuda-arena-core --example replay_trace -- small 200000`.
-use cuda_arena_core::trace::{named_trace, replay};
+use cuda_arena_core::trace::replay;
+use cuda_arena_core::trace::synthetic::named_trace;
 use cuda_arena_core::{Arena, ArenaConfig, VirtualAllocator};
 
 fn main() -> Result<(), String> {

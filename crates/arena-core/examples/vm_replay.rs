@@ -59,7 +59,7 @@ fn read_trc(bytes: &[u8]) -> Result<Vec<TraceOp>, String> {
 }
 
 fn load(name: &str) -> Result<Vec<TraceOp>, String> {
-    if let Some(t) = cuda_arena_core::trace::named_trace(name, 100_000, 1) {
+    if let Some(t) = cuda_arena_core::trace::synthetic::named_trace(name, 100_000, 1) {
         return Ok(t);
     }
     let bytes = std::fs::read(name).map_err(|e| format!("{name}: {e}"))?;

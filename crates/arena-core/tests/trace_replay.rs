@@ -3,9 +3,8 @@
 mod common;
 use common::*;
 use cuda_arena_core::devices::factory::selected_allocator;
-use cuda_arena_core::trace::{
-    mixed_trace, replay, replay_observed, TraceOp, TraceStreams, MAX_TRACE_STREAMS,
-};
+use cuda_arena_core::trace::synthetic::mixed_trace;
+use cuda_arena_core::trace::{replay, replay_observed, TraceOp, TraceStreams, MAX_TRACE_STREAMS};
 use cuda_arena_core::{
     Allocator, ArenaConfig, MemoryKind, PlainAllocator, RawAllocator, SharedKind, SimBackend,
     SimKind, Stream, VirtualAllocator,

@@ -5,7 +5,8 @@
 
 mod common;
 use common::*;
-use cuda_arena_core::trace::{named_trace, replay};
+use cuda_arena_core::trace::replay;
+use cuda_arena_core::trace::synthetic::named_trace;
 use cuda_arena_core::{
     Allocator, Arena, ArenaConfig, Backend, DeviceLimits, Factory, HostAllocator, MemoryInfo,
     MemoryKind, RawAllocator, SimBackend, SimKind, Stream, VirtualAllocator, VirtualMemory,

@@ -8,7 +8,8 @@
 //!
 //! Build here: `cargo bench -p cuda-sys-bridge --no-run`; run there: `<binary> [ops]`.
 
-use cuda_arena_core::trace::{named_trace, replay, TraceOp};
+use cuda_arena_core::trace::synthetic::named_trace;
+use cuda_arena_core::trace::{replay, TraceOp};
 use cuda_arena_core::{Allocator, Arena, ArenaConfig, PlainAllocator};
 use cuda_sys_bridge::{cuda_available, CudaBackend};
 use std::sync::Arc;

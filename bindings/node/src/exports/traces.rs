@@ -6,10 +6,10 @@
 
 use crate::allocator::NativeAllocator;
 use crate::error::{invalid, js, Result};
+use cuda_arena_core::trace::synthetic::{mixed_trace, named_trace};
 use cuda_arena_core::trace::trace_format::{write_trace, MAX_TRACE_LINES};
 use cuda_arena_core::trace::{
-    mixed_trace, named_trace, replay_observed, ReplayReport, TraceOp, TraceStreams,
-    MAX_TRACE_STREAMS,
+    replay_observed, ReplayReport, TraceOp, TraceStreams, MAX_TRACE_STREAMS,
 };
 use napi::bindgen_prelude::BigUint64Array;
 use napi_derive::napi;

@@ -567,7 +567,8 @@ impl Picture {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::{mixed_trace, replay_with, ReplayOptions, TraceOp};
+    use crate::trace::synthetic::mixed_trace;
+    use crate::trace::{replay_with, ReplayOptions, TraceOp};
     use crate::{Arena, ArenaConfig, Stream, VirtualAllocator};
 
     fn arena(pairs: &[(&str, &str)]) -> Arena<VirtualAllocator> {
@@ -613,7 +614,7 @@ mod tests {
     /// A trace on `streams` streams (0: none): sizes 1 KiB … 4 MiB, every allocation on a
     /// random stream or none.
     fn streamed_trace(ops: usize, streams: u32, seed: u64) -> Vec<TraceOp> {
-        let mut rng = crate::trace::TraceRng::new(seed ^ 77);
+        let mut rng = crate::trace::synthetic::TraceRng::new(seed ^ 77);
         mixed_trace(ops, 1 << 10, 4 << 20, 60, seed)
             .into_iter()
             .map(|op| match op {

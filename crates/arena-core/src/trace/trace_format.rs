@@ -432,7 +432,7 @@ pub fn format_trace(ops: &[TraceOp]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::mixed_trace;
+    use crate::trace::synthetic::mixed_trace;
 
     #[test]
     fn formatted_traces_parse_back_identically() {

@@ -1,0 +1,347 @@
+//! Synthetic traces: the four shapes of the benchmarks and `cuda-arena gen-trace`
+//! ([`named_trace`]), each of exactly the asked length, from a seedable generator, so a trace
+//! is the same anywhere.
+
+use crate::trace::TraceOp;
+
+/// A small, fast, seedable generator (xorshift64*), so traces are reproducible anywhere.
+#[derive(Debug, Clone)]
+pub struct TraceRng(u64);
+
+impl TraceRng {
+    /// A generator from `seed` (any value, 0 included).
+    pub fn new(seed: u64) -> Self {
+        TraceRng(seed ^ 0x9E37_79B9_7F4A_7C15 | 1)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform in `[0, 1)`.
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Log-uniform in `[lo, hi]`.
+    pub fn log_uniform(&mut self, lo: u64, hi: u64) -> u64 {
+        let (l, h) = ((lo as f64).ln(), (hi as f64).ln());
+        ((l + (h - l) * self.unit()).exp() as u64).clamp(lo, hi)
+    }
+
+    /// Uniform in `[0, n)`; `n > 0`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+}
+
+/// Generated traces reserve room for at most this many operations up front; longer ones
+/// grow as they are generated, so a huge `ops` fails as the memory runs out rather than in
+/// one allocation of its whole size.
+const PREALLOCATED_OPS: usize = 1 << 20;
+
+/// Builds a generated trace of exactly `ops` operations. A generator allocates only while
+/// [`Builder::has_room`] (an allocation and its later free both fit), so the operations so
+/// far plus one free per live allocation never pass `ops`; [`Builder::finish`] then frees
+/// what is live and, when one operation is still missing, adds an allocation left live.
+struct Builder {
+    out: Vec<TraceOp>,
+    ops: usize,
+    live: usize,
+    next_id: u64,
+}
+
+impl Builder {
+    fn new(ops: usize) -> Self {
+        Builder {
+            out: Vec::with_capacity(ops.min(PREALLOCATED_OPS)),
+            ops,
+            live: 0,
+            next_id: 1,
+        }
+    }
+
+    /// Whether an allocation and its free both fit in the trace.
+    fn has_room(&self) -> bool {
+        self.ops - self.out.len() >= self.live + 2
+    }
+
+    /// Allocation `size` as a new id; the caller checked [`Builder::has_room`].
+    fn alloc(&mut self, size: u64) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.live += 1;
+        self.out.push(TraceOp::Alloc {
+            id,
+            size,
+            stream: 0,
+        });
+        id
+    }
+
+    /// [`Builder::alloc`] when there is room.
+    fn try_alloc(&mut self, size: u64) -> Option<u64> {
+        self.has_room().then(|| self.alloc(size))
+    }
+
+    /// Frees `id`, which is live.
+    fn free(&mut self, id: u64) {
+        self.live -= 1;
+        self.out.push(TraceOp::Free { id });
+    }
+
+    /// Frees `live` (every live id, in the order to free them), then pads the trace to
+    /// exactly `ops` with allocations of `pad_size` left live (one at most, unless the
+    /// generator stopped with room left).
+    fn finish(mut self, live: impl IntoIterator<Item = u64>, pad_size: u64) -> Vec<TraceOp> {
+        for id in live {
+            if self.out.len() == self.ops {
+                break;
+            }
+            self.free(id);
+        }
+        while self.out.len() < self.ops {
+            self.alloc(pad_size);
+        }
+        self.out
+    }
+}
+
+/// The benchmark trace: exactly `ops` operations, sizes log-uniform in `[min_size,
+/// max_size]`, lifetimes random (each free picks a random live allocation), at most
+/// `max_live` live at once (at least 1). Everything is freed by the end when `ops` is even;
+/// an odd `ops` ends with one allocation live.
+pub fn mixed_trace(
+    ops: usize,
+    min_size: u64,
+    max_size: u64,
+    max_live: usize,
+    seed: u64,
+) -> Vec<TraceOp> {
+    let mut rng = TraceRng::new(seed);
+    let mut b = Builder::new(ops);
+    let max_live = max_live.max(1);
+    let mut live: Vec<u64> = Vec::new();
+    loop {
+        let must_free = live.len() >= max_live || !b.has_room();
+        if !must_free && (live.is_empty() || rng.below(2) == 0) {
+            live.push(b.alloc(rng.log_uniform(min_size, max_size)));
+        } else if !live.is_empty() {
+            let i = rng.below(live.len() as u64) as usize;
+            b.free(live.swap_remove(i));
+        } else {
+            break;
+        }
+    }
+    let pad = rng.log_uniform(min_size, max_size);
+    b.finish(live, pad)
+}
+
+/// Transformer inference: per request, weights-sized buffers stay, while each of 24 layers
+/// allocates activations (a few MiB), attention scratch and small temporaries that die
+/// within the layer; requests come one after another. Sizes vary a little between requests.
+/// Exactly `ops` operations; the weights are freed at the end when there is room.
+pub fn inference_trace(ops: usize, seed: u64) -> Vec<TraceOp> {
+    const WEIGHT: u64 = 16 << 20;
+    let mut rng = TraceRng::new(seed);
+    let mut b = Builder::new(ops);
+    let mut weights = Vec::new();
+    // Live allocations other than weights, oldest first.
+    let mut live: Vec<u64> = Vec::new();
+    let alloc = |b: &mut Builder, live: &mut Vec<u64>, size: u64| {
+        let id = b.try_alloc(size)?;
+        live.push(id);
+        Some(id)
+    };
+    let free = |b: &mut Builder, live: &mut Vec<u64>, id: u64| {
+        live.retain(|&x| x != id);
+        b.free(id);
+    };
+    let _stopped: Option<()> = (|| {
+        // Weights: live for the whole trace.
+        for _ in 0..24 {
+            weights.push(b.try_alloc(WEIGHT)?);
+        }
+        loop {
+            let tokens = 64 + rng.below(448);
+            let mut carried = alloc(&mut b, &mut live, tokens * 4096 * 2)?;
+            for _ in 0..24 {
+                let scratch = alloc(&mut b, &mut live, tokens * tokens * 2 * 16)?;
+                let qkv = alloc(&mut b, &mut live, tokens * 4096 * 6)?;
+                let mut small = [0u64; 4];
+                for s in &mut small {
+                    *s = alloc(&mut b, &mut live, 256 + rng.below(8192))?;
+                }
+                let next = alloc(&mut b, &mut live, tokens * 4096 * 2)?;
+                for id in small.into_iter().chain([scratch, qkv, carried]) {
+                    free(&mut b, &mut live, id);
+                }
+                carried = next;
+            }
+            free(&mut b, &mut live, carried);
+        }
+    })();
+    b.finish(live.into_iter().chain(weights), WEIGHT)
+}
+
+/// Small sizes, 8 B to 64 KiB log-uniform, random lifetimes, at most 4,000 live.
+pub fn small_trace(ops: usize, seed: u64) -> Vec<TraceOp> {
+    mixed_trace(ops, 8, 64 << 10, 4000, seed)
+}
+
+/// Growing buffers (a KV cache): a few sequences each hold one buffer that is reallocated
+/// larger by one block at a time (allocate the new size, free the old), and a finished
+/// sequence frees its buffer and a new one starts small. Exactly `ops` operations.
+pub fn growing_trace(ops: usize, seed: u64) -> Vec<TraceOp> {
+    const SEQS: usize = 16;
+    const BLOCK: u64 = 256 << 10;
+    let mut rng = TraceRng::new(seed);
+    let mut b = Builder::new(ops);
+    let mut seqs: Vec<(u64, u64)> = Vec::new();
+    for _ in 0..SEQS {
+        match b.try_alloc(BLOCK) {
+            Some(id) => seqs.push((id, BLOCK)),
+            None => break,
+        }
+    }
+    while seqs.len() == SEQS {
+        let i = rng.below(SEQS as u64) as usize;
+        let (id, size) = seqs[i];
+        let new_size = if size >= (64 << 20) || rng.below(64) == 0 {
+            BLOCK
+        } else {
+            size + BLOCK
+        };
+        let Some(new_id) = b.try_alloc(new_size) else {
+            break;
+        };
+        b.free(id);
+        seqs[i] = (new_id, new_size);
+    }
+    b.finish(seqs.into_iter().map(|(id, _)| id), BLOCK)
+}
+
+/// The named trace shapes of the benchmarks and `cuda-arena gen-trace`.
+pub fn named_trace(kind: &str, ops: usize, seed: u64) -> Option<Vec<TraceOp>> {
+    Some(match kind {
+        "inference" => inference_trace(ops, seed),
+        "mixed" => mixed_trace(ops, 256, 64 << 20, 2000, seed),
+        "small" => small_trace(ops, seed),
+        "growing" => growing_trace(ops, seed),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mixed_traces_stay_within_limits_and_free_everything() {
+        let t = mixed_trace(10_000, 256, 64 << 20, 100, 1);
+        assert_eq!(t.len(), 10_000);
+        let (mut live, mut peak) = (0i64, 0i64);
+        for op in &t {
+            match op {
+                TraceOp::Alloc { size, .. } => {
+                    assert!((256..=64 << 20).contains(size));
+                    live += 1;
+                }
+                TraceOp::Reserve { .. } => panic!("generated traces have no reserves"),
+                TraceOp::Free { .. } => live -= 1,
+            }
+            peak = peak.max(live);
+        }
+        assert_eq!(live, 0);
+        assert!(peak <= 100 && peak > 10);
+    }
+
+    fn balanced(t: &[TraceOp]) -> bool {
+        let mut live = std::collections::HashSet::new();
+        for op in t {
+            match op {
+                TraceOp::Alloc { id, .. } | TraceOp::Reserve { id, .. } => {
+                    if !live.insert(*id) {
+                        return false;
+                    }
+                }
+                TraceOp::Free { id } => {
+                    if !live.remove(id) {
+                        return false;
+                    }
+                }
+            }
+        }
+        live.is_empty()
+    }
+
+    #[test]
+    fn every_named_trace_of_an_even_length_frees_what_it_allocates() {
+        for kind in ["inference", "mixed", "small", "growing"] {
+            let t = named_trace(kind, 50_000, 1).expect("known kind");
+            assert_eq!(t.len(), 50_000, "{kind}");
+            assert!(balanced(&t), "{kind}");
+        }
+        assert!(named_trace("other", 10, 1).is_none());
+    }
+
+    /// Ids allocated once while not live, frees only of live ids; returns how many are live
+    /// at the end.
+    fn live_at_end(t: &[TraceOp]) -> Option<usize> {
+        let mut live = std::collections::HashSet::new();
+        for op in t {
+            let ok = match op {
+                TraceOp::Alloc { id, .. } | TraceOp::Reserve { id, .. } => live.insert(*id),
+                TraceOp::Free { id } => live.remove(id),
+            };
+            if !ok {
+                return None;
+            }
+        }
+        Some(live.len())
+    }
+
+    // Issue 11, item 16: `gen-trace --ops 1` wrote 64 operations.
+    #[test]
+    fn every_named_trace_has_exactly_the_asked_length_and_is_well_formed() {
+        for kind in ["inference", "mixed", "small", "growing"] {
+            for ops in (0..300).chain([1001, 4096, 10_001]) {
+                let t = named_trace(kind, ops, 3).expect("known kind");
+                assert_eq!(t.len(), ops, "{kind} {ops}");
+                let live = live_at_end(&t);
+                assert!(live.is_some(), "{kind} {ops}: an id misused");
+                assert!(live <= Some(1) || ops < 200, "{kind} {ops}: {live:?} live");
+            }
+        }
+    }
+
+    #[test]
+    fn a_huge_operation_count_does_not_allocate_its_whole_size_up_front() {
+        // Capacity for 2^60 operations would abort; the builder reserves a bounded amount.
+        let b = Builder::new(1 << 60);
+        assert!(b.out.capacity() <= PREALLOCATED_OPS);
+    }
+
+    #[test]
+    fn a_max_live_of_zero_still_allows_one_live_allocation() {
+        let t = mixed_trace(10, 256, 4096, 0, 1);
+        assert_eq!(t.len(), 10);
+        assert_eq!(live_at_end(&t), Some(0));
+    }
+
+    #[test]
+    fn the_same_seed_gives_the_same_trace() {
+        assert_eq!(
+            mixed_trace(1000, 256, 4096, 50, 7),
+            mixed_trace(1000, 256, 4096, 50, 7)
+        );
+        assert_ne!(
+            mixed_trace(1000, 256, 4096, 50, 7),
+            mixed_trace(1000, 256, 4096, 50, 8)
+        );
+    }
+}
