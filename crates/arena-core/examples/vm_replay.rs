@@ -218,6 +218,9 @@ fn ratio(
     pairs: &[(String, String)],
     rounds: usize,
 ) -> Result<(), String> {
+    if rounds == 0 {
+        return Err("RATIO needs at least one round".into());
+    }
     let mut cfg = ArenaConfig::from_pairs(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .map_err(|e| e.to_string())?;
     cfg.use_virtual_memory = false;
