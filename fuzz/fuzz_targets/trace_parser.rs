@@ -1,8 +1,8 @@
-//! cargo-fuzz target; the body, and what it checks, is cuda_arena_core::fuzzing::trace_parser.
+//! cargo-fuzz target; the body, and what it checks, is cuda_arena_model::trace_parser.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    cuda_arena_core::fuzzing::trace_parser(data);
+    cuda_arena_model::trace_parser(data);
 });

@@ -6,9 +6,6 @@ pub mod allocators;
 pub mod arena;
 pub(crate) mod collections;
 pub mod devices;
-/// Fuzz target bodies, shared by `fuzz/` and the replay test; not a supported API.
-#[doc(hidden)]
-pub mod fuzzing;
 pub mod raw;
 pub mod streams;
 pub mod trace;

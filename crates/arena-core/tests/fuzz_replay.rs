@@ -2,10 +2,11 @@
 //! every input of its committed corpus (`fuzz/corpus/<target>/`: hand-written seeds and the
 //! inputs `scripts/fuzz.sh` kept from real fuzzing), then a fixed number of pseudo-random
 //! inputs from a fixed seed: fresh bytes and mutations of the corpus. The bodies are
-//! `cuda_arena_core::fuzzing`'s, the ones the fuzzer runs. `FUZZ_REPLAY_CASES` overrides the
-//! number of random inputs per target (20,000).
+//! `cuda_arena_model`'s, the ones the fuzzer runs (and `arena_ops` checks the shadow model
+//! `tests/model.rs` checks too). `FUZZ_REPLAY_CASES` overrides the number of random inputs per
+//! target (20,000).
 
-use cuda_arena_core::fuzzing::{self, OpsTally};
+use cuda_arena_model::{arena_ops, config_parser, trace_parser, OpsTally};
 use proptest::prelude::*;
 use proptest::sample::Index;
 use proptest::test_runner::{Config, RngAlgorithm, RngSeed, TestRunner};
@@ -140,24 +141,24 @@ fn replay_random(target: &str, seed: u64, max_len: usize, body: impl Fn(&[u8])) 
 
 #[test]
 fn config_parser_keeps_its_invariants_on_every_corpus_input() {
-    replay_corpus("config_parser", fuzzing::config_parser);
+    replay_corpus("config_parser", config_parser);
 }
 
 #[test]
 fn config_parser_keeps_its_invariants_on_random_inputs() {
-    replay_random("config_parser", 1, 512, fuzzing::config_parser);
+    replay_random("config_parser", 1, 512, config_parser);
 }
 
 #[test]
 fn arena_ops_keep_the_model_on_every_corpus_input() {
-    replay_corpus("arena_ops", fuzzing::arena_ops);
+    replay_corpus("arena_ops", arena_ops);
 }
 
 #[test]
 fn arena_ops_keep_the_model_on_random_inputs() {
     let total = std::sync::Mutex::new(OpsTally::default());
     replay_random("arena_ops", 2, 512, |data| {
-        let t = fuzzing::arena_ops(data);
+        let t = arena_ops(data);
         total.lock().expect("tally").add(&t);
     });
     println!(
@@ -170,7 +171,7 @@ fn arena_ops_keep_the_model_on_random_inputs() {
 #[test]
 fn arena_ops_corpus_reaches_every_path_the_model_checks() {
     let mut total = OpsTally::default();
-    for t in replay_corpus("arena_ops", fuzzing::arena_ops) {
+    for t in replay_corpus("arena_ops", arena_ops) {
         total.add(&t);
     }
     let reached = [
@@ -201,10 +202,10 @@ fn arena_ops_corpus_reaches_every_path_the_model_checks() {
 
 #[test]
 fn trace_parser_keeps_its_invariants_on_every_corpus_input() {
-    replay_corpus("trace_parser", fuzzing::trace_parser);
+    replay_corpus("trace_parser", trace_parser);
 }
 
 #[test]
 fn trace_parser_keeps_its_invariants_on_random_inputs() {
-    replay_random("trace_parser", 3, 512, fuzzing::trace_parser);
+    replay_random("trace_parser", 3, 512, trace_parser);
 }

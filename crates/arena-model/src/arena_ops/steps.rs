@@ -1,24 +1,27 @@
 //! Each operation on the allocator and on the model: allocate, free, a bogus free, shrink,
 //! forget a stream, and copies in and out.
 
+use super::checks::no_wholly_free_region;
 use super::*;
 
 impl Model {
-    /// Runs an alloc, alloc_on_stream or reserve and checks its outcome.
+    /// Runs an alloc, alloc_on_stream or reserve on `thread` and checks its outcome.
     pub(super) fn allocate(
         &mut self,
         size: u64,
         stream: Option<usize>,
         reserve: bool,
+        thread: usize,
     ) -> Result<(), String> {
         let before = self.a().memory_log();
         let raw_allocs = self.raw.raw_stats().raw_allocs;
         let waits = self.vm.as_ref().map_or(0, |v| v.synchronizations());
-        let result = match (reserve, stream) {
-            (true, _) => self.a().reserve(size),
-            (false, Some(s)) => self.a().alloc_on_stream(size, &self.streams[s]),
-            (false, None) => self.a().alloc(size),
-        };
+        let on = stream.map(|s| self.streams[s].clone());
+        let result = self.on(thread, move |a| match (reserve, on) {
+            (true, _) => a.reserve(size),
+            (false, Some(s)) => a.alloc_on_stream(size, &s),
+            (false, None) => a.alloc(size),
+        })?;
         let after = self.a().memory_log();
         // The pool serves a reserve as a plain allocation.
         let consumer = match stream {
@@ -43,6 +46,10 @@ impl Model {
                     self.freed.clear();
                 }
                 if self.vm.is_some() {
+                    // Extents unmapped whole went back to the device, though a new one may
+                    // have been mapped at the same addresses (for another thread's
+                    // sub-arena, say): what was freed there is no stream's any more.
+                    self.drop_released(&regions_removed(&before, &after));
                     self.handed_out(addr, size, reserve, consumer, &[], raw_allocs)?;
                     if after.stats.num_arena_shrinkages > before.stats.num_arena_shrinkages {
                         self.tally.released_then_succeeded += 1;
@@ -56,18 +63,14 @@ impl Model {
             Err(e) if e.code() == "ERR_ARENA_OUT_OF_MEMORY" => {
                 self.tally.out_of_memory += 1;
                 self.check_unchanged(&before, &after)?;
-                if self.vm.is_some() {
-                    self.drop_unmapped(&before, &after);
-                } else {
-                    self.drop_released(&regions_removed(&before, &after));
-                }
             }
             other => return Err(format!("gave {other:?}")),
         }
         self.check(&after)
     }
 
-    pub(super) fn free(&mut self, pick: usize) -> Result<(), String> {
+    /// Frees a live allocation on `thread`.
+    pub(super) fn free(&mut self, pick: usize, thread: usize) -> Result<(), String> {
         if self.live.is_empty() {
             return Ok(());
         }
@@ -76,8 +79,8 @@ impl Model {
             self.verify_pattern(&l)?;
         }
         let before = self.a().memory_log();
-        self.a()
-            .free(l.addr)
+        let addr = l.addr;
+        self.on(thread, move |a| a.free(addr))?
             .map_err(|e| format!("free of live {l:?}: {e}"))?;
         let keeps_memory = match self.kind {
             Kind::Arena | Kind::ArenaWithoutStreams => !l.reserve,
@@ -130,18 +133,13 @@ impl Model {
         let in_use: u64 = self.live.iter().map(|l| l.allocated).sum();
         match self.kind {
             Kind::Arena | Kind::ArenaWithoutStreams if self.vm.is_some() => {
+                no_wholly_free_region(&after)?;
                 self.no_free_mapping_mapped(&after)?;
                 self.check_only_unmapped(&before, &after)?;
                 self.drop_unmapped(&before, &after);
             }
             Kind::Arena | Kind::ArenaWithoutStreams => {
-                if after
-                    .regions
-                    .iter()
-                    .any(|r| r.chunks.iter().all(|c| !c.in_use))
-                {
-                    return Err("shrink left a wholly free region".into());
-                }
+                no_wholly_free_region(&after)?;
                 if after.live_chunks() != before.live_chunks() {
                     return Err("shrink changed live chunks".into());
                 }

@@ -153,7 +153,7 @@ fn decode_vm(
 ) -> u64 {
     let granularity = match backend {
         // The host's pages.
-        Backend::Host => crate::raw::HostAllocator::default().vm().granularity(),
+        Backend::Host => HostAllocator::default().vm().granularity(),
         Backend::Virtual => pick(r, &[4096, 65536, 8192, 1 << 20]).clamp(4096, 2 << 20),
     };
     let granularity = if granularity.is_power_of_two() {
@@ -225,7 +225,8 @@ fn decode_size(r: &mut Bytes<'_>, setup: &Setup, recent: &mut [u64; 4]) -> u64 {
     size
 }
 
-/// An input as a setup and at most [`MAX_OPS`] operations. Total: every byte string decodes.
+/// An input as a setup and at most 1,024 operations (`MAX_OPS`). Total: every byte string
+/// decodes.
 pub fn decode_ops(data: &[u8]) -> (Setup, Vec<Op>) {
     let mut r = Bytes::new(data);
     let setup = decode_setup(&mut r);

@@ -3,6 +3,19 @@
 
 use super::*;
 
+/// After a shrink: every region (in virtual-memory mode, every mapped extent) holds a chunk
+/// in use, since a wholly free one goes back.
+pub(super) fn no_wholly_free_region(log: &MemoryLog) -> Result<(), String> {
+    match log
+        .regions
+        .iter()
+        .find(|r| r.chunks.iter().all(|c| !c.in_use))
+    {
+        Some(r) => Err(format!("shrink left the wholly free region {r:?}")),
+        None => Ok(()),
+    }
+}
+
 impl Model {
     /// The arena's rule: a chunk last used by stream `f.stream` goes to `consumer` only if
     /// that is the same stream, no stream, or one that has waited past the chunk's sync id.
@@ -192,7 +205,7 @@ impl Model {
     }
 
     /// Checks a failed call left everything as it was, but for decision 7's release of
-    /// wholly free regions (arena only).
+    /// wholly free regions (arena only), and forgets the freed memory that went back.
     pub(super) fn check_unchanged(
         &mut self,
         before: &MemoryLog,
@@ -202,6 +215,7 @@ impl Model {
             if self.check_only_unmapped(before, after)? {
                 self.tally.released_on_failure += 1;
             }
+            self.drop_unmapped(before, after);
             return Ok(());
         }
         let removed = regions_removed(before, after);
@@ -242,6 +256,7 @@ impl Model {
                 after.stats
             ));
         }
+        self.drop_released(&removed);
         self.tally.released_on_failure += 1;
         Ok(())
     }
@@ -286,7 +301,7 @@ impl Model {
     }
 
     pub(super) fn check(&self, log: &MemoryLog) -> Result<(), String> {
-        if let Subject::Arena(arena) = &self.subject {
+        if let Subject::Arena(arena) = &*self.subject {
             arena.check_invariants()?;
         }
         let a = self.a();

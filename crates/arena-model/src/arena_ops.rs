@@ -7,21 +7,28 @@
 //! page mapped, nothing is mapped once everything is freed and shrunk, and on `host` the bytes
 //! of live allocations survive the unmapping of the pages around them.
 //!
-//! Here the setup, the operations and the model's state; decoding bytes in `ops/decode.rs`,
-//! each operation in `ops/steps.rs`, the checks after each in `ops/checks.rs`.
+//! The same model runs the operations `tests/model.rs` generates, there also with each
+//! allocation, reserve and free made on one of a few threads ([`run_ops_on_threads`]), so
+//! frees, stream rules, out-of-memory paths and stats cross the arena's per-thread sub-arenas.
+//!
+//! Here the setup, the operations and the model's state; decoding bytes in
+//! `arena_ops/decode.rs`, each operation in `arena_ops/steps.rs`, the checks after each in
+//! `arena_ops/checks.rs`, the threads that make calls in `arena_ops/workers.rs`.
 
-use super::Bytes;
-use crate::arena::bins::round_up_256;
-use crate::{
+use crate::Bytes;
+use cuda_arena_core::types::sizes::round_up_256;
+use cuda_arena_core::{
     Allocator, AllocatorStats, Arena, ArenaConfig, ArenaError, DeviceLimits, HostAllocator,
     MemoryLog, PlainAllocator, PoolAllocator, RawAllocator, Stream, VirtualAllocator,
     VirtualMemory,
 };
 use std::sync::Arc;
+use workers::Worker;
 
 mod checks;
 mod decode;
 mod steps;
+mod workers;
 
 pub use decode::decode_ops;
 
@@ -177,13 +184,35 @@ pub fn arena_ops(data: &[u8]) -> OpsTally {
 }
 
 /// Runs `ops` on the allocator `setup` describes, checking the model after every one, then
-/// frees everything (or retires the allocator) and checks every byte went back.
+/// frees everything (or retires the allocator) and checks every byte went back. Every call is
+/// made on this thread.
 pub fn run_ops(setup: &Setup, ops: &[Op]) -> Result<OpsTally, String> {
-    let mut model = Model::new(setup)?;
-    for (i, op) in ops.iter().enumerate() {
-        model.apply(op).map_err(|e| format!("op {i} {op:?}: {e}"))?;
+    let on_this_thread: Vec<(Op, usize)> = ops.iter().map(|&op| (op, 0)).collect();
+    run_ops_on_threads(setup, &on_this_thread, 0)
+}
+
+/// [`run_ops`] with `threads` threads of their own: each op's allocation, reserve or free is
+/// made on thread `t % threads` of its `(op, t)`, one call at a time, and the model and every
+/// check stay the same (the arena gives each thread a sub-arena, so memory crosses them).
+/// Other calls, and the frees at the end, are made on this thread. `threads` 0 is [`run_ops`].
+pub fn run_ops_on_threads(
+    setup: &Setup,
+    ops: &[(Op, usize)],
+    threads: usize,
+) -> Result<OpsTally, String> {
+    let mut model = Model::new(setup, threads)?;
+    let ran = ops.iter().enumerate().try_for_each(|(i, (op, t))| {
+        model
+            .apply(op, *t)
+            .map_err(|e| format!("op {i} {op:?} on thread {t}: {e}"))
+    });
+    match ran {
+        Ok(()) => model.finish().map_err(|e| format!("at the end: {e}")),
+        Err(e) => {
+            model.stop_workers()?;
+            Err(e)
+        }
     }
-    model.finish().map_err(|e| format!("at the end: {e}"))
 }
 
 type Raw = Arc<dyn RawAllocator>;
@@ -238,7 +267,11 @@ struct Expect {
 }
 
 struct Model {
-    subject: Subject,
+    /// Shared with the workers, which call it from their threads.
+    subject: Arc<Subject>,
+    /// Where allocations, reserves and frees are made: none, this thread; else the op's
+    /// thread among these.
+    workers: Vec<Worker>,
     raw: Raw,
     /// The virtual-memory form under an arena in virtual-memory mode.
     vm: Option<Arc<dyn VirtualMemory>>,
@@ -280,7 +313,7 @@ fn code_of<T>(r: &Result<T, ArenaError>) -> Option<&'static str> {
 }
 
 impl Model {
-    fn new(setup: &Setup) -> Result<Self, String> {
+    fn new(setup: &Setup, threads: usize) -> Result<Self, String> {
         let config =
             ArenaConfig::from_pairs(setup.pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
                 .map_err(|e| format!("the decoded config is rejected: {e}"))?;
@@ -315,7 +348,8 @@ impl Model {
             Kind::Plain => Subject::Plain(PlainAllocator::new(raw.clone())),
         };
         Ok(Model {
-            subject,
+            subject: Arc::new(subject),
+            workers: (0..threads).map(|_| Worker::new()).collect(),
             raw,
             vm,
             kind: setup.kind,
@@ -332,7 +366,7 @@ impl Model {
     }
 
     fn is_arena(&self) -> bool {
-        matches!(self.subject, Subject::Arena(_))
+        matches!(*self.subject, Subject::Arena(_))
     }
 
     fn a(&self) -> &dyn Allocator {
@@ -343,12 +377,13 @@ impl Model {
         self.raw.raw_stats().raw_bytes_outstanding
     }
 
-    fn apply(&mut self, op: &Op) -> Result<(), String> {
+    /// Applies `op`, its allocator call made on `thread` where it is one a worker makes.
+    fn apply(&mut self, op: &Op, thread: usize) -> Result<(), String> {
         self.tally.ops += 1;
         match *op {
-            Op::Alloc { size, stream } => self.allocate(size, stream, false),
-            Op::Reserve(size) => self.allocate(size, None, true),
-            Op::Free(pick) => self.free(pick),
+            Op::Alloc { size, stream } => self.allocate(size, stream, false, thread),
+            Op::Reserve(size) => self.allocate(size, None, true, thread),
+            Op::Free(pick) => self.free(pick, thread),
             Op::FreeBogus { pick, kind } => self.free_bogus(pick, kind),
             Op::Shrink => self.shrink(),
             Op::Sync { from, to } => {
@@ -386,8 +421,14 @@ impl Model {
         } else {
             self.finish_freed()?;
         }
+        // A worker may still hold the allocator for a moment after answering: join them all,
+        // so that this is its last owner and dropping it gives every byte back.
+        self.stop_workers()?;
         let raw = self.raw.clone();
-        drop(self.subject);
+        let Ok(subject) = Arc::try_unwrap(self.subject) else {
+            return Err("the allocator is still shared once the workers are gone".into());
+        };
+        drop(subject);
         let left = raw.raw_stats().raw_bytes_outstanding;
         if left != 0 {
             return Err(format!(
@@ -400,7 +441,7 @@ impl Model {
     /// Frees every allocation, reserves last, shrinking in between: everything goes back.
     fn finish_freed(&mut self) -> Result<(), String> {
         while let Some(i) = self.live.iter().position(|l| !l.reserve) {
-            self.free(i)?;
+            self.free(i, 0)?;
         }
         self.shrink()?;
         let reserved: u64 = self.live.iter().map(|l| l.requested).sum();
@@ -421,7 +462,7 @@ impl Model {
             }
         }
         while !self.live.is_empty() {
-            self.free(0)?;
+            self.free(0, 0)?;
         }
         self.shrink()?;
         let s = self.a().stats();
