@@ -5,7 +5,7 @@
 
 use cuda_arena_core::trace::replay;
 use cuda_arena_core::trace::trace_format::parse_trace_bytes;
-use cuda_arena_core::{Arena, ArenaConfig, VirtualAllocator};
+use cuda_arena_core::{AddressSpaceAllocator, Arena, ArenaConfig};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -97,7 +97,8 @@ fn run_and_replay(exe: &Path, wrapper: Option<&[&str]>) {
         4000,
         "2000 allocations or reserves and their frees"
     );
-    let arena = Arena::new(VirtualAllocator::default(), ArenaConfig::default()).expect("arena");
+    let arena =
+        Arena::new(AddressSpaceAllocator::default(), ArenaConfig::default()).expect("arena");
     let report = replay(&arena, &ops, &[], false).expect("replays");
     assert_eq!(report.peak_requested, peak);
 }

@@ -9,8 +9,8 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use cuda_arena_core::trace::replay;
 use cuda_arena_core::trace::synthetic::mixed_trace;
 use cuda_arena_core::{
-    Allocator, Arena, ArenaConfig, DeviceLimits, ForeignStreams, HostAllocator, RecordingAllocator,
-    SimEvents, StreamEvents, VirtualAllocator, VirtualMemory,
+    AddressSpaceAllocator, Allocator, Arena, ArenaConfig, DeviceLimits, ForeignStreams,
+    HostAllocator, RecordingAllocator, SimEvents, StreamEvents, VirtualMemory,
 };
 use std::hint::black_box;
 use std::sync::{Arc, Barrier};
@@ -18,16 +18,16 @@ use std::time::{Duration, Instant};
 
 const SIZES: [(&str, u64); 3] = [("256B", 256), ("64KiB", 64 << 10), ("4MiB", 4 << 20)];
 
-fn warm_arena(size: u64) -> Arena<VirtualAllocator> {
+fn warm_arena(size: u64) -> Arena<AddressSpaceAllocator> {
     warm(
-        Arena::new(VirtualAllocator::default(), ArenaConfig::default()).expect("arena"),
+        Arena::new(AddressSpaceAllocator::default(), ArenaConfig::default()).expect("arena"),
         size,
     )
 }
 
 /// As [`warm_arena`], in virtual-memory mode (the factories' default) with 2 MiB pages.
-fn warm_vm_arena(size: u64) -> Arena<VirtualAllocator> {
-    let raw = VirtualAllocator::default().with_granularity(2 << 20);
+fn warm_vm_arena(size: u64) -> Arena<AddressSpaceAllocator> {
+    let raw = AddressSpaceAllocator::default().with_granularity(2 << 20);
     let v: Arc<dyn VirtualMemory> = Arc::new(raw.vm());
     warm(
         Arena::with_virtual_memory(raw, v, ArenaConfig::default()).expect("arena"),
@@ -35,7 +35,7 @@ fn warm_vm_arena(size: u64) -> Arena<VirtualAllocator> {
     )
 }
 
-fn warm(arena: Arena<VirtualAllocator>, size: u64) -> Arena<VirtualAllocator> {
+fn warm(arena: Arena<AddressSpaceAllocator>, size: u64) -> Arena<AddressSpaceAllocator> {
     // Warm: the region exists and the bins have been through one cycle.
     let p = arena.alloc(size).expect("fits").expect("non-zero");
     arena.free(p).expect("live");
@@ -61,7 +61,12 @@ fn alloc_free_pair(c: &mut Criterion) {
 
 /// Wall time for every thread to do `iters` pairs, divided by the thread count: the cost
 /// of one pair when all threads share one arena.
-fn threaded(arena: &Arc<Arena<VirtualAllocator>>, threads: u32, iters: u64, size: u64) -> Duration {
+fn threaded(
+    arena: &Arc<Arena<AddressSpaceAllocator>>,
+    threads: u32,
+    iters: u64,
+    size: u64,
+) -> Duration {
     let barrier = Arc::new(Barrier::new(threads as usize + 1));
     let handles: Vec<_> = (0..threads)
         .map(|_| {
@@ -125,8 +130,8 @@ fn trace_replay(c: &mut Criterion) {
         b.iter_custom(|iters| {
             let mut total = Duration::ZERO;
             for _ in 0..iters {
-                let arena =
-                    Arena::new(VirtualAllocator::default(), ArenaConfig::default()).expect("arena");
+                let arena = Arena::new(AddressSpaceAllocator::default(), ArenaConfig::default())
+                    .expect("arena");
                 let report = replay(&arena, &trace, &[], false).expect("replay");
                 assert_eq!(report.failed_allocs, 0);
                 total += Duration::from_nanos(report.elapsed_ns);
@@ -146,7 +151,10 @@ fn per_request_stream(c: &mut Criterion) {
     g.sample_size(10);
     g.sampling_mode(criterion::SamplingMode::Flat);
     for (mode, make) in [
-        ("regions", warm_arena as fn(u64) -> Arena<VirtualAllocator>),
+        (
+            "regions",
+            warm_arena as fn(u64) -> Arena<AddressSpaceAllocator>,
+        ),
         ("pages", warm_vm_arena),
     ] {
         for seen in [0u64, 15_000] {

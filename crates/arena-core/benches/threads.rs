@@ -21,7 +21,9 @@
 
 use cuda_arena_core::trace::synthetic::named_trace;
 use cuda_arena_core::trace::TraceOp;
-use cuda_arena_core::{Allocator, Arena, ArenaConfig, Stream, VirtualAllocator, VirtualMemory};
+use cuda_arena_core::{
+    AddressSpaceAllocator, Allocator, Arena, ArenaConfig, Stream, VirtualMemory,
+};
 use std::io::Write;
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
@@ -65,7 +67,7 @@ fn load(kind: &str, ops: usize, div: u64) -> (Ops, usize, u64) {
 
 /// Replays `ops` once; frees what the trace leaves live (the prefix may end mid-way).
 fn replay_once(
-    arena: &Arena<VirtualAllocator>,
+    arena: &Arena<AddressSpaceAllocator>,
     ops: &Ops,
     slots: &mut [u64],
     stream: Option<&Stream>,
@@ -113,11 +115,11 @@ struct Case {
 
 fn run(case: &Case, threads: usize) -> Row {
     let arena = Arc::new(if case.pages {
-        let raw = VirtualAllocator::default().with_granularity(2 << 20);
+        let raw = AddressSpaceAllocator::default().with_granularity(2 << 20);
         let vm: Arc<dyn VirtualMemory> = Arc::new(raw.vm());
         Arena::with_virtual_memory(raw, vm, ArenaConfig::default()).expect("arena")
     } else {
-        Arena::new(VirtualAllocator::default(), ArenaConfig::default()).expect("arena")
+        Arena::new(AddressSpaceAllocator::default(), ArenaConfig::default()).expect("arena")
     });
     let start = Arc::new(Barrier::new(threads + 1));
     let done = Arc::new(Barrier::new(threads + 1));

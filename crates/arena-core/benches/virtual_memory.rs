@@ -17,7 +17,7 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use cuda_arena_core::trace::synthetic::named_trace;
 use cuda_arena_core::trace::{replay, TraceOp};
 use cuda_arena_core::{
-    Allocator, Arena, ArenaConfig, RawAllocator, VirtualAllocator, VirtualMemory,
+    AddressSpaceAllocator, Allocator, Arena, ArenaConfig, RawAllocator, VirtualMemory,
 };
 use std::hint::black_box;
 use std::sync::Arc;
@@ -26,8 +26,8 @@ use std::time::Duration;
 const TRACES: [&str; 4] = ["inference", "mixed", "small", "growing"];
 const SIZES: [(&str, u64); 3] = [("256B", 256), ("64KiB", 64 << 10), ("4MiB", 4 << 20)];
 
-fn arena(vm: bool) -> Arena<VirtualAllocator> {
-    let raw = VirtualAllocator::default();
+fn arena(vm: bool) -> Arena<AddressSpaceAllocator> {
+    let raw = AddressSpaceAllocator::default();
     if vm {
         let v: Arc<dyn VirtualMemory> = Arc::new(raw.vm());
         Arena::with_virtual_memory(raw, v, ArenaConfig::default()).expect("arena")

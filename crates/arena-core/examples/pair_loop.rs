@@ -1,6 +1,6 @@
 //! A bare alloc+free loop, for profilers (`valgrind --tool=callgrind`, `perf`):
 //! `cargo run --release -p cuda-arena-core --example pair_loop -- 256 10000000`.
-use cuda_arena_core::{Allocator, Arena, ArenaConfig, VirtualAllocator};
+use cuda_arena_core::{AddressSpaceAllocator, Allocator, Arena, ArenaConfig};
 use std::hint::black_box;
 
 fn main() {
@@ -10,7 +10,8 @@ fn main() {
         .next()
         .and_then(|a| a.parse().ok())
         .unwrap_or(10_000_000);
-    let arena = Arena::new(VirtualAllocator::default(), ArenaConfig::default()).expect("arena");
+    let arena =
+        Arena::new(AddressSpaceAllocator::default(), ArenaConfig::default()).expect("arena");
     // Through a trait object, as the bindings call it: nothing inlined into this loop.
     let arena: &dyn Allocator = black_box(&arena);
     let start = std::time::Instant::now();

@@ -5,7 +5,7 @@
 //! median of the per-block differences; `control` compares two bare arenas instead (the
 //! method's own noise):
 //! `cargo run --release -p cuda-arena-core --example recording_overhead [-- control]`.
-use cuda_arena_core::{Allocator, Arena, ArenaConfig, RecordingAllocator, VirtualAllocator};
+use cuda_arena_core::{AddressSpaceAllocator, Allocator, Arena, ArenaConfig, RecordingAllocator};
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Instant;
@@ -13,8 +13,8 @@ use std::time::Instant;
 const BLOCKS: usize = 400;
 const PAIRS: u32 = 20_000;
 
-fn warm(size: u64) -> Arena<VirtualAllocator> {
-    let a = Arena::new(VirtualAllocator::default(), ArenaConfig::default()).expect("arena");
+fn warm(size: u64) -> Arena<AddressSpaceAllocator> {
+    let a = Arena::new(AddressSpaceAllocator::default(), ArenaConfig::default()).expect("arena");
     let p = a.alloc(size).expect("fits").expect("non-zero");
     a.free(p).expect("live");
     a

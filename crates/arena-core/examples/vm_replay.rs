@@ -19,7 +19,7 @@
 use cuda_arena_core::trace::trace_format::parse_trace_bytes;
 use cuda_arena_core::trace::{replay, TraceOp};
 use cuda_arena_core::{
-    Allocator, Arena, ArenaConfig, RawAllocator, Stream, VirtualAllocator, VirtualMemory,
+    AddressSpaceAllocator, Allocator, Arena, ArenaConfig, RawAllocator, Stream, VirtualMemory,
 };
 use std::sync::Arc;
 
@@ -91,7 +91,7 @@ fn streams_for(trace: &[TraceOp]) -> Vec<Stream> {
 /// Counts the bytes mapped and unmapped through it (the driver's work is per page).
 #[derive(Debug)]
 struct Counting {
-    inner: cuda_arena_core::VirtualVm,
+    inner: cuda_arena_core::AddressSpaceVm,
     mapped: std::sync::atomic::AtomicU64,
     unmapped: std::sync::atomic::AtomicU64,
 }
@@ -139,7 +139,7 @@ fn run(name: &str, trace: &[TraceOp], pairs: &[(String, String)], vm: bool) -> R
     let mut cfg = ArenaConfig::from_pairs(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .map_err(|e| e.to_string())?;
     cfg.use_virtual_memory = vm;
-    let raw = VirtualAllocator::default();
+    let raw = AddressSpaceAllocator::default();
     let counting = Arc::new(Counting {
         inner: raw.vm(),
         mapped: Default::default(),
@@ -224,9 +224,9 @@ fn ratio(
     let mut cfg = ArenaConfig::from_pairs(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .map_err(|e| e.to_string())?;
     cfg.use_virtual_memory = false;
-    let raw = VirtualAllocator::default();
+    let raw = AddressSpaceAllocator::default();
     let region = Arena::new(raw, cfg.clone()).map_err(|e| e.to_string())?;
-    let raw = VirtualAllocator::default();
+    let raw = AddressSpaceAllocator::default();
     let v: Arc<dyn VirtualMemory> = Arc::new(raw.vm());
     cfg.use_virtual_memory = true;
     let paged = Arena::with_virtual_memory(raw, v, cfg).map_err(|e| e.to_string())?;
@@ -262,7 +262,7 @@ fn warm(
     let mut cfg = ArenaConfig::from_pairs(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .map_err(|e| e.to_string())?;
     cfg.use_virtual_memory = vm;
-    let raw = VirtualAllocator::default();
+    let raw = AddressSpaceAllocator::default();
     let arena = if vm {
         let v: Arc<dyn VirtualMemory> = Arc::new(raw.vm());
         Arena::with_virtual_memory(raw, v, cfg).map_err(|e| e.to_string())?

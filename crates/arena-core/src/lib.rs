@@ -22,8 +22,8 @@ pub use devices::factory::{named_factory, Created, Factory, Released, SharedKind
 pub use devices::namespaces::{env_arena_options, session_arena_options};
 pub use devices::pluggable::PluggableDevice;
 pub use raw::{
-    DeviceLimits, HostAllocator, HostVm, RawAllocator, RawStats, VirtualAllocator, VirtualMemory,
-    VirtualVm,
+    AddressSpaceAllocator, AddressSpaceVm, DeviceLimits, HostAllocator, HostVm, RawAllocator,
+    RawStats, VirtualMemory,
 };
 pub use streams::foreign_streams::{
     ForeignStreams, RecentStreams, FORGET_FROM, MAX_FOREIGN_STREAMS,

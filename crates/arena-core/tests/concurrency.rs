@@ -5,8 +5,8 @@
 mod common;
 use common::*;
 use cuda_arena_core::{
-    Allocator, Arena, ArenaConfig, DeviceLimits, HostAllocator, RawAllocator, Stream,
-    VirtualAllocator, VirtualMemory,
+    AddressSpaceAllocator, Allocator, Arena, ArenaConfig, DeviceLimits, HostAllocator,
+    RawAllocator, Stream, VirtualMemory,
 };
 use std::sync::{Arc, Barrier};
 
@@ -131,7 +131,8 @@ fn check_after_threads<R: RawAllocator>(arena: &Arena<R>, mut live: Vec<(u64, u6
 
 #[test]
 fn eight_threads_of_100000_random_ops_leave_a_consistent_virtual_memory_arena() {
-    let raw = VirtualAllocator::new(DeviceLimits::with_total(64 << 30)).with_granularity(64 << 10);
+    let raw =
+        AddressSpaceAllocator::new(DeviceLimits::with_total(64 << 30)).with_granularity(64 << 10);
     let vm: Arc<dyn VirtualMemory> = Arc::new(raw.vm());
     // No headroom and a small threshold: the threads' frees and growth unmap and map pages
     // all the time.
@@ -175,8 +176,9 @@ fn threads_writing_their_own_allocations_in_virtual_memory_never_see_each_others
 
 #[test]
 fn eight_threads_of_100000_random_ops_leave_a_consistent_arena() {
-    let arena =
-        Arc::new(Arena::new(VirtualAllocator::default(), ArenaConfig::default()).expect("arena"));
+    let arena = Arc::new(
+        Arena::new(AddressSpaceAllocator::default(), ArenaConfig::default()).expect("arena"),
+    );
     let mut live = run_threads(arena.clone(), 8, 100_000);
     arena
         .check_invariants()
@@ -248,7 +250,7 @@ fn write_read_threads(arena: &Arc<Arena<HostAllocator>>) {
 #[test]
 fn the_arena_is_send_and_sync() {
     fn assert_send_sync<T: Send + Sync>() {}
-    assert_send_sync::<Arena<VirtualAllocator>>();
+    assert_send_sync::<Arena<AddressSpaceAllocator>>();
     assert_send_sync::<Arena<HostAllocator>>();
     assert_send_sync::<cuda_arena_core::PlainAllocator<HostAllocator>>();
 }
@@ -260,7 +262,7 @@ fn the_arena_is_send_and_sync() {
 fn sixteen_threads_sharing_streams_and_freeing_each_others_memory_stay_exact_at_every_pause() {
     const THREADS: usize = 16;
     const ROUNDS: usize = 4;
-    let arena = Arc::new(Arena::new(VirtualAllocator::default(), config(&[])).expect("arena"));
+    let arena = Arc::new(Arena::new(AddressSpaceAllocator::default(), config(&[])).expect("arena"));
     let streams: Arc<Vec<Stream>> = Arc::new((0..4).map(|_| Stream::new()).collect());
     let mailbox: Arc<std::sync::Mutex<Vec<(u64, u64)>>> = Arc::default();
     let held: Arc<std::sync::Mutex<Vec<(u64, u64)>>> = Arc::default();

@@ -208,7 +208,7 @@ fn configs_built_in_code_are_validated_by_the_arena() {
         max_power_of_two_extend_bytes: 1000,
         ..ArenaConfig::default()
     };
-    let err = cuda_arena_core::Arena::new(cuda_arena_core::VirtualAllocator::default(), c)
+    let err = cuda_arena_core::Arena::new(cuda_arena_core::AddressSpaceAllocator::default(), c)
         .expect_err("not a multiple of 256");
     assert_eq!(err.code(), "ERR_ARENA_INVALID_CONFIG");
 }

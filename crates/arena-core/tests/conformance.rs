@@ -4,8 +4,8 @@
 mod common;
 use common::*;
 use cuda_arena_core::{
-    Allocator, Arena, ArenaConfig, HostAllocator, PlainAllocator, PoolAllocator, VirtualAllocator,
-    VirtualMemory,
+    AddressSpaceAllocator, Allocator, Arena, ArenaConfig, HostAllocator, PlainAllocator,
+    PoolAllocator, VirtualMemory,
 };
 use std::sync::Arc;
 
@@ -44,7 +44,8 @@ fn subjects() -> Vec<Subject> {
         Subject {
             name: "arena/virtual",
             allocator: Box::new(
-                Arena::new(VirtualAllocator::default(), ArenaConfig::default()).expect("arena"),
+                Arena::new(AddressSpaceAllocator::default(), ArenaConfig::default())
+                    .expect("arena"),
             ),
             has_memory: false,
             counts_reserves: true,
@@ -66,7 +67,7 @@ fn subjects() -> Vec<Subject> {
         },
         Subject {
             name: "plain/virtual",
-            allocator: Box::new(PlainAllocator::new(VirtualAllocator::default())),
+            allocator: Box::new(PlainAllocator::new(AddressSpaceAllocator::default())),
             has_memory: false,
             counts_reserves: true,
         },

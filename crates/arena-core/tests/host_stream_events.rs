@@ -7,7 +7,7 @@ mod common;
 
 use common::*;
 use cuda_arena_core::{
-    Allocator, Arena, ForeignStreams, SimEvents, Stream, StreamEvents, VirtualAllocator,
+    AddressSpaceAllocator, Allocator, Arena, ForeignStreams, SimEvents, Stream, StreamEvents,
     VirtualMemory, MAX_PENDING_EVENTS,
 };
 use std::sync::Arc;
@@ -20,7 +20,7 @@ const T: u64 = 0x7000;
 const EXACT: &[(&str, &str)] = &[("arena.extend_strategy", "1")];
 
 /// An arena and the host-owned streams of one allocator, with simulated events.
-fn setup(pairs: &[(&str, &str)]) -> (Arena<VirtualAllocator>, ForeignStreams, Arc<SimEvents>) {
+fn setup(pairs: &[(&str, &str)]) -> (Arena<AddressSpaceAllocator>, ForeignStreams, Arc<SimEvents>) {
     let sim = SimEvents::new();
     let events: Arc<dyn StreamEvents> = sim.clone();
     (
@@ -460,7 +460,7 @@ fn a_miss_polls_only_the_streams_holding_back_a_chunk_that_fits_in_the_region_mo
 
 #[test]
 fn a_miss_polls_only_the_streams_holding_back_a_chunk_that_fits_in_virtual_memory_mode() {
-    let raw = VirtualAllocator::new(cuda_arena_core::DeviceLimits::with_total(GIB));
+    let raw = AddressSpaceAllocator::new(cuda_arena_core::DeviceLimits::with_total(GIB));
     let vm: Arc<dyn cuda_arena_core::VirtualMemory> = Arc::new(raw.vm());
     let a = Arena::with_virtual_memory(raw, vm, config(&[])).expect("arena");
     a_miss_polls_only_the_streams_holding_back_a_chunk_that_fits(&a);
@@ -476,7 +476,7 @@ fn past_the_headroom_another_streams_pending_work_is_never_waited_for() {
     let sim = SimEvents::new();
     let events: Arc<dyn StreamEvents> = sim.clone();
     let f = ForeignStreams::with_events(Some(events));
-    let raw = VirtualAllocator::default().with_granularity(2 * MIB);
+    let raw = AddressSpaceAllocator::default().with_granularity(2 * MIB);
     let vm = raw.vm();
     let a = Arena::with_virtual_memory(raw, Arc::new(vm.clone()), config(&[])).expect("arena");
     let (s, t) = (f.get(S).expect("s"), f.get(T).expect("t"));
@@ -510,7 +510,7 @@ fn past_the_headroom_another_threads_chunk_whose_stream_is_done_serves_without_n
     let sim = SimEvents::new();
     let events: Arc<dyn StreamEvents> = sim.clone();
     let f = Arc::new(ForeignStreams::with_events(Some(events)));
-    let raw = VirtualAllocator::default().with_granularity(2 * MIB);
+    let raw = AddressSpaceAllocator::default().with_granularity(2 * MIB);
     let vm = raw.vm();
     let a = Arc::new(
         Arena::with_virtual_memory(raw, Arc::new(vm.clone()), config(&[])).expect("arena"),
@@ -542,10 +542,10 @@ fn past_the_headroom_another_threads_chunk_whose_stream_is_done_serves_without_n
 
 /// An arena in the default (virtual-memory) mode over 2 MiB pages, its host streams and their
 /// simulated events.
-fn vm_setup() -> (Arena<VirtualAllocator>, ForeignStreams, Arc<SimEvents>) {
+fn vm_setup() -> (Arena<AddressSpaceAllocator>, ForeignStreams, Arc<SimEvents>) {
     let sim = SimEvents::new();
     let events: Arc<dyn StreamEvents> = sim.clone();
-    let raw = VirtualAllocator::default().with_granularity(2 * MIB);
+    let raw = AddressSpaceAllocator::default().with_granularity(2 * MIB);
     let a =
         Arena::with_virtual_memory(raw.clone(), Arc::new(raw.vm()), config(&[])).expect("arena");
     (a, ForeignStreams::with_events(Some(events)), sim)

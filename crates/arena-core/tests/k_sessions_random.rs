@@ -8,8 +8,8 @@ mod common;
 
 use common::*;
 use cuda_arena_core::{
-    Allocator, Arena, ForeignStreams, SimEvents, Stream, StreamEvents, VirtualAllocator,
-    VirtualMemory, VirtualVm,
+    AddressSpaceAllocator, AddressSpaceVm, Allocator, Arena, ForeignStreams, SimEvents, Stream,
+    StreamEvents, VirtualMemory,
 };
 use std::sync::Arc;
 
@@ -28,8 +28,8 @@ struct Freed {
 }
 
 struct World {
-    a: Arc<Arena<VirtualAllocator>>,
-    vm: VirtualVm,
+    a: Arc<Arena<AddressSpaceAllocator>>,
+    vm: AddressSpaceVm,
     sim: Arc<SimEvents>,
     streams: Vec<Arc<Stream>>,
     handles: Vec<u64>,
@@ -42,7 +42,7 @@ impl World {
         let sim = SimEvents::new();
         let events: Arc<dyn StreamEvents> = sim.clone();
         let hosted = ForeignStreams::with_events(Some(events));
-        let raw = VirtualAllocator::default().with_granularity(2 * MIB);
+        let raw = AddressSpaceAllocator::default().with_granularity(2 * MIB);
         let vm = raw.vm();
         let a = Arena::with_virtual_memory(raw, Arc::new(vm.clone()), config(&[])).expect("arena");
         let handles: Vec<u64> = (0..STREAMS as u64).map(|s| 0x1000 * (s + 1)).collect();

@@ -9,8 +9,8 @@ mod common;
 
 use common::*;
 use cuda_arena_core::{
-    Allocator, Arena, ForeignStreams, PoolAllocator, SimEvents, StreamEvents, VirtualAllocator,
-    VirtualMemory, FORGET_FROM, MAX_FOREIGN_STREAMS,
+    AddressSpaceAllocator, Allocator, Arena, ForeignStreams, PoolAllocator, SimEvents,
+    StreamEvents, VirtualMemory, FORGET_FROM, MAX_FOREIGN_STREAMS,
 };
 use std::sync::Arc;
 
@@ -21,8 +21,8 @@ fn immediate_streams() -> ForeignStreams {
     ForeignStreams::with_events(Some(events))
 }
 
-fn vm_arena() -> Arena<VirtualAllocator> {
-    let raw = VirtualAllocator::new(cuda_arena_core::DeviceLimits::with_total(GIB))
+fn vm_arena() -> Arena<AddressSpaceAllocator> {
+    let raw = AddressSpaceAllocator::new(cuda_arena_core::DeviceLimits::with_total(GIB))
         .with_granularity(64 * KIB);
     let vm: Arc<dyn VirtualMemory> = Arc::new(raw.vm());
     Arena::with_virtual_memory(raw, vm, config(&[])).expect("arena")
@@ -75,7 +75,7 @@ fn sixteen_thousand_streams_used_once_are_served_in_virtual_memory_mode() {
 
 #[test]
 fn sixteen_thousand_streams_used_once_are_served_by_the_pool() {
-    let raw = VirtualAllocator::new(cuda_arena_core::DeviceLimits::with_total(GIB));
+    let raw = AddressSpaceAllocator::new(cuda_arena_core::DeviceLimits::with_total(GIB));
     let a = PoolAllocator::new(raw, &config(&[]));
     sixteen_thousand_streams_used_once(&a);
 }
@@ -90,7 +90,7 @@ fn four_threads_making_four_thousand_streams_each_are_all_served_in_virtual_memo
     four_threads_making_four_thousand_streams_each(Arc::new(vm_arena()));
 }
 
-fn four_threads_making_four_thousand_streams_each(a: Arc<Arena<VirtualAllocator>>) {
+fn four_threads_making_four_thousand_streams_each(a: Arc<Arena<AddressSpaceAllocator>>) {
     let streams = Arc::new(immediate_streams());
     let threads: Vec<_> = (0..4u64)
         .map(|t| {

@@ -3,7 +3,7 @@
 //! in the same process would count too).
 
 use cuda_arena_core::{
-    Allocator, Arena, ArenaConfig, Recorder, RecordingAllocator, VirtualAllocator,
+    AddressSpaceAllocator, Allocator, Arena, ArenaConfig, Recorder, RecordingAllocator,
     RECORD_BUFFER_BYTES,
 };
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -54,7 +54,7 @@ impl Write for SlowDisk {
 #[test]
 fn a_recording_to_a_slow_disk_holds_two_buffers_at_most_however_much_it_writes() {
     let a = RecordingAllocator::new(Arc::new(
-        Arena::new(VirtualAllocator::default(), ArenaConfig::default()).expect("arena"),
+        Arena::new(AddressSpaceAllocator::default(), ArenaConfig::default()).expect("arena"),
     ));
     let written = Arc::new(AtomicUsize::new(0));
     let sink = SlowDisk {

@@ -7,7 +7,7 @@ mod common;
 
 use common::*;
 use cuda_arena_core::{
-    Allocator, ForeignStreams, PoolAllocator, Stream, VirtualAllocator, MAX_FOREIGN_STREAMS,
+    AddressSpaceAllocator, Allocator, ForeignStreams, PoolAllocator, Stream, MAX_FOREIGN_STREAMS,
 };
 
 /// Chunks in the memory log tagged with `id`.
@@ -153,7 +153,7 @@ fn many_streams_over_time_leave_the_arena_as_small_as_one() {
 
 #[test]
 fn a_pool_block_freed_on_a_released_stream_is_reused_by_any_stream() {
-    let pool = PoolAllocator::new(VirtualAllocator::default(), &config(&[]));
+    let pool = PoolAllocator::new(AddressSpaceAllocator::default(), &config(&[]));
     let s = Stream::new();
     let p = pool
         .alloc_on_stream(4096, &s)
@@ -176,7 +176,7 @@ fn a_pool_block_freed_on_a_released_stream_is_reused_by_any_stream() {
 
 #[test]
 fn reset_chunks_using_stream_frees_a_pools_blocks_for_others() {
-    let pool = PoolAllocator::new(VirtualAllocator::default(), &config(&[]));
+    let pool = PoolAllocator::new(AddressSpaceAllocator::default(), &config(&[]));
     let s = Stream::new();
     let p = pool
         .alloc_on_stream(4096, &s)

@@ -8,7 +8,7 @@
 mod common;
 use common::*;
 use cuda_arena_core::{
-    Allocator, Arena, ForeignStreams, SimEvents, Stream, StreamEvents, VirtualAllocator,
+    AddressSpaceAllocator, Allocator, Arena, ForeignStreams, SimEvents, Stream, StreamEvents,
 };
 use std::sync::Arc;
 
@@ -23,7 +23,7 @@ enum Mode {
     Pages,
 }
 
-fn arena(mode: Mode) -> Arena<VirtualAllocator> {
+fn arena(mode: Mode) -> Arena<AddressSpaceAllocator> {
     match mode {
         Mode::Regions => virtual_arena(&[]),
         Mode::Pages => virtual_vm_arena(&[]),

@@ -6,8 +6,8 @@
 mod common;
 use common::*;
 use cuda_arena_core::{
-    Allocator, Arena, DeviceLimits, MemoryInfo, RawAllocator, RawStats, Result, Stream,
-    VirtualAllocator,
+    AddressSpaceAllocator, Allocator, Arena, DeviceLimits, MemoryInfo, RawAllocator, RawStats,
+    Result, Stream,
 };
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Barrier, Mutex};
@@ -240,7 +240,7 @@ fn a_released_stream_loses_its_tag_in_every_threads_memory() {
             q
         }));
     }
-    let tagged = |a: &Arena<VirtualAllocator>, id| {
+    let tagged = |a: &Arena<AddressSpaceAllocator>, id| {
         a.memory_log()
             .regions
             .iter()
@@ -299,7 +299,7 @@ fn a_retired_arena_fails_on_every_thread_and_holds_nothing() {
 /// at the arena from another thread while a growth is inside the raw allocator.
 #[derive(Debug)]
 struct Gate {
-    inner: VirtualAllocator,
+    inner: AddressSpaceAllocator,
     armed: Mutex<Option<(Sender<()>, Receiver<()>)>>,
 }
 
@@ -327,7 +327,7 @@ impl RawAllocator for Gate {
 #[test]
 fn the_raw_allocator_is_called_with_no_lock_another_thread_needs() {
     let gate = Gate {
-        inner: VirtualAllocator::default(),
+        inner: AddressSpaceAllocator::default(),
         armed: Mutex::new(None),
     };
     let a = Arc::new(Arena::new(gate, config(&[])).expect("arena"));

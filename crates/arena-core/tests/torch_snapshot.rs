@@ -10,7 +10,7 @@ use cuda_arena_core::trace::torch_snapshot::{
     SnapshotReport, MAX_OPEN_MARKS, MAX_PENDING_VALUES, MAX_SNAPSHOT_BYTES,
 };
 use cuda_arena_core::trace::{replay_observed, TraceOp, TraceStreams, MAX_TRACE_STREAMS};
-use cuda_arena_core::{Arena, ArenaConfig, VirtualAllocator};
+use cuda_arena_core::{AddressSpaceAllocator, Arena, ArenaConfig};
 use serde_pickle::{HashableValue, SerOptions, Value};
 use std::collections::BTreeMap;
 
@@ -401,7 +401,8 @@ fn a_snapshot_without_a_recorded_history_is_an_error_saying_how_to_record_one() 
 #[test]
 fn a_snapshot_trace_replays_balanced_through_the_arena_on_its_streams() {
     let t = read_snapshot(&pickle(&synthetic()), None).expect("a snapshot");
-    let arena = Arena::new(VirtualAllocator::default(), ArenaConfig::default()).expect("arena");
+    let arena =
+        Arena::new(AddressSpaceAllocator::default(), ArenaConfig::default()).expect("arena");
     let streams = TraceStreams::for_trace(&t.ops).expect("streams");
     assert_eq!(streams.len(), 2);
     let (r, _) = replay_observed(&arena, &t.ops, &streams, true, 0, &mut |_| {}).expect("replay");
@@ -751,7 +752,8 @@ fn a_real_snapshot_when_given_reads_and_replays_balanced() {
         + r.segment_events
         + r.other_events;
     assert_eq!(counted, r.device_events[r.device]);
-    let arena = Arena::new(VirtualAllocator::default(), ArenaConfig::default()).expect("arena");
+    let arena =
+        Arena::new(AddressSpaceAllocator::default(), ArenaConfig::default()).expect("arena");
     let streams = TraceStreams::for_trace(&t.ops).expect("streams");
     let (replayed, _) =
         replay_observed(&arena, &t.ops, &streams, false, 0, &mut |_| {}).expect("replay");

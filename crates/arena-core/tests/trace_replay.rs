@@ -6,8 +6,8 @@ use cuda_arena_core::devices::factory::selected_allocator;
 use cuda_arena_core::trace::synthetic::mixed_trace;
 use cuda_arena_core::trace::{replay, replay_observed, TraceOp, TraceStreams, MAX_TRACE_STREAMS};
 use cuda_arena_core::{
-    Allocator, ArenaConfig, MemoryKind, PlainAllocator, RawAllocator, SharedKind, SimBackend,
-    SimKind, Stream, VirtualAllocator,
+    AddressSpaceAllocator, Allocator, ArenaConfig, MemoryKind, PlainAllocator, RawAllocator,
+    SharedKind, SimBackend, SimKind, Stream,
 };
 
 #[test]
@@ -157,7 +157,7 @@ fn an_id_allocated_twice_is_an_invalid_argument() {
 
 #[test]
 fn traces_replay_through_any_allocator() {
-    let plain = PlainAllocator::new(VirtualAllocator::default());
+    let plain = PlainAllocator::new(AddressSpaceAllocator::default());
     let report = replay(&plain, &mixed_trace(2_000, 256, MIB, 50, 9), &[], true).expect("replay");
     assert_eq!(report.ops, 2_000);
     assert_eq!(plain.stats().in_use, 0);

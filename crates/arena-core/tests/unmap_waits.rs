@@ -2,15 +2,15 @@
 //! context) only when queued work may still use its pages. Pages whose chunks were last used
 //! on host streams whose events say their work is past those frees are unmapped with no wait;
 //! a chunk handed out with no stream, a stream without events, or a free not yet known done
-//! makes the unmap wait, as every unmap did before. `VirtualVm::waiting_unmaps` counts the
+//! makes the unmap wait, as every unmap did before. `AddressSpaceVm::waiting_unmaps` counts the
 //! unmaps that would have waited on CUDA.
 
 mod common;
 
 use common::*;
 use cuda_arena_core::{
-    Allocator, Arena, DeviceLimits, ForeignStreams, SimEvents, Stream, StreamEvents,
-    VirtualAllocator, VirtualMemory, VirtualVm,
+    AddressSpaceAllocator, AddressSpaceVm, Allocator, Arena, DeviceLimits, ForeignStreams,
+    SimEvents, Stream, StreamEvents, VirtualMemory,
 };
 use std::sync::Arc;
 
@@ -18,8 +18,10 @@ const PAGE: u64 = 2 * MIB;
 
 /// An arena in virtual-memory mode, the virtual memory it maps from (to count its unmaps),
 /// and host streams with `events`.
-fn setup(events: Arc<dyn StreamEvents>) -> (Arena<VirtualAllocator>, VirtualVm, ForeignStreams) {
-    let raw = VirtualAllocator::new(DeviceLimits::with_total(GIB)).with_granularity(PAGE);
+fn setup(
+    events: Arc<dyn StreamEvents>,
+) -> (Arena<AddressSpaceAllocator>, AddressSpaceVm, ForeignStreams) {
+    let raw = AddressSpaceAllocator::new(DeviceLimits::with_total(GIB)).with_granularity(PAGE);
     let vm = raw.vm();
     let shared: Arc<dyn VirtualMemory> = Arc::new(vm.clone());
     let a = Arena::with_virtual_memory(raw, shared, config(&[])).expect("arena");
@@ -27,7 +29,7 @@ fn setup(events: Arc<dyn StreamEvents>) -> (Arena<VirtualAllocator>, VirtualVm, 
 }
 
 /// Allocates and frees 64 MiB on `s` (no stream: `None`).
-fn use_once(a: &Arena<VirtualAllocator>, s: Option<&Stream>) {
+fn use_once(a: &Arena<AddressSpaceAllocator>, s: Option<&Stream>) {
     let p = match s {
         Some(s) => a.alloc_on_stream(64 * MIB, s),
         None => a.alloc(64 * MIB),
@@ -36,7 +38,7 @@ fn use_once(a: &Arena<VirtualAllocator>, s: Option<&Stream>) {
 }
 
 /// Shrinks (unmapping every wholly free page) and says how many unmaps waited so far.
-fn shrink(a: &Arena<VirtualAllocator>, vm: &VirtualVm) -> u64 {
+fn shrink(a: &Arena<AddressSpaceAllocator>, vm: &AddressSpaceVm) -> u64 {
     a.shrink().expect("shrink");
     assert_eq!(vm.mapped_bytes(), 0, "every page unmapped");
     a.check_invariants().expect("invariants");

@@ -8,26 +8,27 @@ use common::*;
 use cuda_arena_core::trace::replay;
 use cuda_arena_core::trace::synthetic::named_trace;
 use cuda_arena_core::{
-    Allocator, Arena, ArenaConfig, Backend, DeviceLimits, Factory, HostAllocator, MemoryInfo,
-    MemoryKind, RawAllocator, SimBackend, SimKind, Stream, VirtualAllocator, VirtualMemory,
+    AddressSpaceAllocator, Allocator, Arena, ArenaConfig, Backend, DeviceLimits, Factory,
+    HostAllocator, MemoryInfo, MemoryKind, RawAllocator, SimBackend, SimKind, Stream,
+    VirtualMemory,
 };
 use std::sync::Arc;
 
 /// A virtual device of `total` bytes mapping in `page`-byte granules, and an arena in
 /// virtual-memory mode over it.
-fn vm_arena(total: u64, page: u64, pairs: &[(&str, &str)]) -> Arena<VirtualAllocator> {
-    let raw = VirtualAllocator::new(DeviceLimits::with_total(total)).with_granularity(page);
+fn vm_arena(total: u64, page: u64, pairs: &[(&str, &str)]) -> Arena<AddressSpaceAllocator> {
+    let raw = AddressSpaceAllocator::new(DeviceLimits::with_total(total)).with_granularity(page);
     let vm: Arc<dyn VirtualMemory> = Arc::new(raw.vm());
     Arena::with_virtual_memory(raw, vm, config(pairs)).expect("arena")
 }
 
-fn mapped(a: &Arena<VirtualAllocator>) -> u64 {
+fn mapped(a: &Arena<AddressSpaceAllocator>) -> u64 {
     a.virtual_memory()
         .expect("virtual-memory mode")
         .mapped_bytes()
 }
 
-fn map_calls(a: &Arena<VirtualAllocator>) -> u64 {
+fn map_calls(a: &Arena<AddressSpaceAllocator>) -> u64 {
     a.raw().raw_stats().raw_allocs
 }
 
@@ -198,7 +199,7 @@ fn with_room_under_the_headroom_a_small_request_maps_a_page_of_its_own_pool() {
 
 /// One round that wants 6 MiB where only a 4 MiB hole is mapped, everything freed after;
 /// returns the bytes mapped at the round's peak.
-fn churn_round(a: &Arena<VirtualAllocator>) -> u64 {
+fn churn_round(a: &Arena<AddressSpaceAllocator>) -> u64 {
     let x = alloc(a, 4 * MIB);
     let y = alloc(a, 4 * MIB);
     let z = alloc(a, 4 * MIB);
@@ -534,7 +535,7 @@ fn a_chunk_freed_on_one_stream_goes_to_another_only_after_a_wait() {
 
 #[test]
 fn a_page_size_that_is_not_a_multiple_of_the_granularity_is_an_invalid_config() {
-    let raw = VirtualAllocator::default();
+    let raw = AddressSpaceAllocator::default();
     let vm: Arc<dyn VirtualMemory> = Arc::new(raw.vm());
     let err = Arena::with_virtual_memory(raw, vm, config(&[("arena.vm_page_size_bytes", "65536")]))
         .expect_err("2 MiB granularity");
@@ -559,7 +560,7 @@ fn retire_unmaps_and_releases_everything_and_later_calls_are_released() {
 
 #[test]
 fn dropping_the_arena_gives_everything_back() {
-    let raw = VirtualAllocator::new(DeviceLimits::with_total(GIB)).with_granularity(PAGE);
+    let raw = AddressSpaceAllocator::new(DeviceLimits::with_total(GIB)).with_granularity(PAGE);
     let vm_handle = raw.vm();
     {
         let vm: Arc<dyn VirtualMemory> = Arc::new(raw.vm());
@@ -709,7 +710,7 @@ fn the_default_config_on_a_backend_without_virtual_memory_gets_the_region_arena(
 /// seed 1) on the 80 GiB `virtual` device with 2 MiB pages, as `(held, requested)`.
 fn sample_peaks(kind: &str, pairs: &[(&str, &str)], vm: bool) -> (u64, u64) {
     let trace = named_trace(kind, 100_000, 1).expect("known kind");
-    let raw = VirtualAllocator::default();
+    let raw = AddressSpaceAllocator::default();
     let a = if vm {
         let v: Arc<dyn VirtualMemory> = Arc::new(raw.vm());
         Arena::with_virtual_memory(raw, v, config(pairs)).expect("arena")
@@ -866,7 +867,7 @@ fn threads_share_one_virtual_memory_arena_whose_stats_and_shrink_reach_every_thr
 
 /// Frees chunks of 1,536 bytes between live guards, asks for 1,024 bytes `n` times (ORT would
 /// hand each such chunk out whole), and returns how many came whole and their dead bytes.
-fn whole_handouts(a: &Arena<VirtualAllocator>, n: usize) -> (usize, u64, Vec<u64>) {
+fn whole_handouts(a: &Arena<AddressSpaceAllocator>, n: usize) -> (usize, u64, Vec<u64>) {
     let mut holes = Vec::new();
     let mut keep = Vec::new();
     for _ in 0..n {
@@ -989,7 +990,8 @@ fn past_the_headroom_a_chunk_of_another_stream_is_taken_after_waiting_for_the_de
 /// only at the end of a run): `allocs` allocations, alternating streams. Returns the unmaps
 /// and map calls after the first ten, the device waits, and the mapped bytes at the end.
 fn two_streams_taking_turns(allocs: u64, size: u64) -> (u64, u64, u64, u64) {
-    let raw = VirtualAllocator::new(DeviceLimits::with_total(8 * GIB)).with_granularity(2 * MIB);
+    let raw =
+        AddressSpaceAllocator::new(DeviceLimits::with_total(8 * GIB)).with_granularity(2 * MIB);
     let vm = raw.vm();
     let a = Arena::with_virtual_memory(raw, Arc::new(vm.clone()), ArenaConfig::default())
         .expect("arena");

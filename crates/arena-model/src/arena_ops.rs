@@ -18,9 +18,8 @@
 use crate::Bytes;
 use cuda_arena_core::types::sizes::round_up_256;
 use cuda_arena_core::{
-    Allocator, AllocatorStats, Arena, ArenaConfig, ArenaError, DeviceLimits, HostAllocator,
-    MemoryLog, PlainAllocator, PoolAllocator, RawAllocator, Stream, VirtualAllocator,
-    VirtualMemory,
+    AddressSpaceAllocator, Allocator, AllocatorStats, Arena, ArenaConfig, ArenaError, DeviceLimits,
+    HostAllocator, MemoryLog, PlainAllocator, PoolAllocator, RawAllocator, Stream, VirtualMemory,
 };
 use std::sync::Arc;
 use workers::Worker;
@@ -319,7 +318,7 @@ impl Model {
                 .map_err(|e| format!("the decoded config is rejected: {e}"))?;
         let (raw, vm): (Raw, Option<Arc<dyn VirtualMemory>>) = match setup.backend {
             Backend::Virtual => {
-                let v = VirtualAllocator::new(setup.limits)
+                let v = AddressSpaceAllocator::new(setup.limits)
                     .with_granularity(setup.vm_granularity.unwrap_or(4096));
                 let vm: Arc<dyn VirtualMemory> = Arc::new(v.vm());
                 (Arc::new(v), Some(vm))

@@ -3,7 +3,7 @@
 use crate::MAX_MESSAGE_CHARS;
 use cuda_arena_core::types::config::{keys, nearest_key, nearest_typed_key};
 use cuda_arena_core::{
-    env_arena_options, session_arena_options, Arena, ArenaConfig, ArenaError, VirtualAllocator,
+    env_arena_options, session_arena_options, AddressSpaceAllocator, Arena, ArenaConfig, ArenaError,
 };
 
 /// Key/value pairs from bytes: one pair per line, split at the first `=`. A key of one byte
@@ -59,7 +59,7 @@ fn check_accepted(cfg: &ArenaConfig) {
     if let Err(e) = cfg.validate() {
         panic!("a parsed config does not validate: {e}; {cfg:?}");
     }
-    if let Err(e) = Arena::new(VirtualAllocator::default(), cfg.clone()) {
+    if let Err(e) = Arena::new(AddressSpaceAllocator::default(), cfg.clone()) {
         panic!("an arena cannot be made with a parsed config: {e}; {cfg:?}");
     }
     let pairs = cfg.to_pairs();

@@ -5,7 +5,7 @@
 use crate::allocators::allocator::Allocator;
 use crate::allocators::pool::PoolAllocator;
 use crate::raw::{
-    DeviceLimits, HostAllocator, RawAllocator, RawStats, VirtualAllocator, VirtualMemory,
+    AddressSpaceAllocator, DeviceLimits, HostAllocator, RawAllocator, RawStats, VirtualMemory,
     DEFAULT_HOST_TOTAL_MEMORY, DEFAULT_VIRTUAL_TOTAL_MEMORY,
 };
 use crate::streams::stream_events::StreamEvents;
@@ -113,7 +113,7 @@ pub struct SimBackend {
 #[derive(Debug)]
 enum SimDevice {
     Host(HostAllocator),
-    Virtual(VirtualAllocator),
+    Virtual(AddressSpaceAllocator),
 }
 
 impl SimBackend {
@@ -133,14 +133,15 @@ impl SimBackend {
             .iter()
             .map(|&l| match kind {
                 SimKind::Host => SimDevice::Host(HostAllocator::new(l)),
-                SimKind::Virtual => SimDevice::Virtual(VirtualAllocator::new(l)),
+                SimKind::Virtual => SimDevice::Virtual(AddressSpaceAllocator::new(l)),
             })
             .collect();
         let cpu_limits = DeviceLimits::with_total(default);
         let cpu: SharedRaw = match kind {
             SimKind::Host => Arc::new(HostAllocator::new(cpu_limits)),
             SimKind::Virtual => Arc::new(
-                VirtualAllocator::new(cpu_limits).with_info(MemoryInfo::new(MemoryKind::Cpu, 0)),
+                AddressSpaceAllocator::new(cpu_limits)
+                    .with_info(MemoryInfo::new(MemoryKind::Cpu, 0)),
             ),
         };
         SimBackend { kind, devices, cpu }

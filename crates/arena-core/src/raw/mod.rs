@@ -1,19 +1,19 @@
 //! Raw allocators: where an arena's regions and reserves come from.
 //!
 //! A [`RawAllocator`] serves one device. The two shipped here need no GPU: [`HostAllocator`]
-//! hands out real, 256-byte aligned host memory; [`VirtualAllocator`] hands out addresses
+//! hands out real, 256-byte aligned host memory; [`AddressSpaceAllocator`] hands out addresses
 //! from a private address space and touches no memory. Both enforce [`DeviceLimits`] and
 //! count their calls ([`RawStats`]), which is how tests reach every out-of-memory path.
 //! Both also have a virtual-memory form ([`VirtualMemory`]: reserve a range, map and unmap
 //! pages of it), which the arena's virtual-memory mode runs on.
 
+mod address_space;
 mod host;
 mod sim_device;
-mod r#virtual;
 mod vm;
 
+pub use address_space::{AddressSpaceAllocator, AddressSpaceVm, DEFAULT_ADDRESS_SPACE_GRANULARITY};
 pub use host::{HostAllocator, HostVm};
-pub use r#virtual::{VirtualAllocator, VirtualVm, DEFAULT_VIRTUAL_GRANULARITY};
 pub use vm::{Reservations, VirtualMemory};
 
 use crate::types::error::{ArenaError, Result};

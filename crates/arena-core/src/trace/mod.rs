@@ -541,7 +541,7 @@ mod tests {
     #[test]
     fn a_reserve_replays_as_a_reserve_and_counts_in_the_peak_requested() {
         let arena = crate::Arena::new(
-            crate::VirtualAllocator::default(),
+            crate::AddressSpaceAllocator::default(),
             crate::ArenaConfig::default(),
         )
         .expect("arena");

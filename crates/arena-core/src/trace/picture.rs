@@ -569,11 +569,11 @@ mod tests {
     use super::*;
     use crate::trace::synthetic::mixed_trace;
     use crate::trace::{replay_with, ReplayOptions, TraceOp};
-    use crate::{Arena, ArenaConfig, Stream, VirtualAllocator};
+    use crate::{AddressSpaceAllocator, Arena, ArenaConfig, Stream};
 
-    fn arena(pairs: &[(&str, &str)]) -> Arena<VirtualAllocator> {
+    fn arena(pairs: &[(&str, &str)]) -> Arena<AddressSpaceAllocator> {
         let config = ArenaConfig::from_pairs(pairs.iter().map(|&(k, v)| (k, v))).expect("config");
-        Arena::new(VirtualAllocator::default(), config).expect("arena")
+        Arena::new(AddressSpaceAllocator::default(), config).expect("arena")
     }
 
     /// The memory log's chunks at the moment, as `chunks_at` gives them.

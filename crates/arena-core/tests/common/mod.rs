@@ -2,8 +2,8 @@
 #![allow(dead_code)]
 
 use cuda_arena_core::{
-    Allocator, Arena, ArenaConfig, ArenaError, DeviceLimits, HostAllocator, MemoryLog,
-    VirtualAllocator,
+    AddressSpaceAllocator, Allocator, Arena, ArenaConfig, ArenaError, DeviceLimits, HostAllocator,
+    MemoryLog,
 };
 use std::sync::mpsc::{channel, Sender};
 
@@ -16,21 +16,21 @@ pub fn config(pairs: &[(&str, &str)]) -> ArenaConfig {
 }
 
 /// An arena over an 80 GiB virtual device.
-pub fn virtual_arena(pairs: &[(&str, &str)]) -> Arena<VirtualAllocator> {
-    Arena::new(VirtualAllocator::default(), config(pairs)).expect("arena")
+pub fn virtual_arena(pairs: &[(&str, &str)]) -> Arena<AddressSpaceAllocator> {
+    Arena::new(AddressSpaceAllocator::default(), config(pairs)).expect("arena")
 }
 
 /// An arena in virtual-memory mode over an 80 GiB virtual device with 2 MiB pages (CUDA's
 /// granularity).
-pub fn virtual_vm_arena(pairs: &[(&str, &str)]) -> Arena<VirtualAllocator> {
-    let raw = VirtualAllocator::default().with_granularity(2 * MIB);
+pub fn virtual_vm_arena(pairs: &[(&str, &str)]) -> Arena<AddressSpaceAllocator> {
+    let raw = AddressSpaceAllocator::default().with_granularity(2 * MIB);
     let vm: std::sync::Arc<dyn cuda_arena_core::VirtualMemory> = std::sync::Arc::new(raw.vm());
     Arena::with_virtual_memory(raw, vm, config(pairs)).expect("arena")
 }
 
 /// An arena over a virtual device with the given limits.
-pub fn limited_arena(limits: DeviceLimits, pairs: &[(&str, &str)]) -> Arena<VirtualAllocator> {
-    Arena::new(VirtualAllocator::new(limits), config(pairs)).expect("arena")
+pub fn limited_arena(limits: DeviceLimits, pairs: &[(&str, &str)]) -> Arena<AddressSpaceAllocator> {
+    Arena::new(AddressSpaceAllocator::new(limits), config(pairs)).expect("arena")
 }
 
 /// An arena over real host memory (4 GiB simulated device).

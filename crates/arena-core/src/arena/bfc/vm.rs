@@ -702,14 +702,14 @@ fn oom_for(size: u64, what: &str, e: ArenaError) -> ArenaError {
 #[cfg(test)]
 mod tests {
     use crate::{
-        Allocator, Arena, ArenaConfig, DeviceLimits, Stream, VirtualAllocator, VirtualMemory,
+        AddressSpaceAllocator, Allocator, Arena, ArenaConfig, DeviceLimits, Stream, VirtualMemory,
     };
     use std::sync::Arc;
 
     #[test]
     fn a_chunk_of_no_stream_freed_between_two_streams_free_chunks_joins_only_the_one_above() {
         let raw =
-            VirtualAllocator::new(DeviceLimits::with_total(1 << 30)).with_granularity(1 << 16);
+            AddressSpaceAllocator::new(DeviceLimits::with_total(1 << 30)).with_granularity(1 << 16);
         let vm: Arc<dyn VirtualMemory> = Arc::new(raw.vm());
         let a = Arena::with_virtual_memory(raw, vm, ArenaConfig::default()).expect("arena");
         let (s, t) = (Stream::new(), Stream::new());
@@ -729,14 +729,15 @@ mod tests {
         a.check_invariants().expect("consistent");
     }
 
-    fn four_gib(pairs: &[(&str, &str)]) -> Arena<VirtualAllocator> {
-        let raw = VirtualAllocator::new(DeviceLimits::with_total(4 << 30)).with_granularity(4096);
+    fn four_gib(pairs: &[(&str, &str)]) -> Arena<AddressSpaceAllocator> {
+        let raw =
+            AddressSpaceAllocator::new(DeviceLimits::with_total(4 << 30)).with_granularity(4096);
         let vm: Arc<dyn VirtualMemory> = Arc::new(raw.vm());
         let config = ArenaConfig::from_pairs(pairs.iter().copied()).expect("config");
         Arena::with_virtual_memory(raw, vm, config).expect("arena")
     }
 
-    fn oom_reason(a: &Arena<VirtualAllocator>, size: u64) -> String {
+    fn oom_reason(a: &Arena<AddressSpaceAllocator>, size: u64) -> String {
         let e = a.alloc(size).expect_err("out of memory");
         assert_eq!(e.code(), "ERR_ARENA_OUT_OF_MEMORY");
         e.to_string()

@@ -1,5 +1,6 @@
-//! The `virtual` backend: addresses from a private address space, no memory behind them.
-//! For replaying large allocation traces on any machine. Its virtual-memory form reserves
+//! The `virtual` backend's raw allocator, named for what it holds: addresses from a private
+//! address space, no memory behind them (not to be confused with the arena's virtual-memory
+//! mode, which either backend serves). For replaying large allocation traces on any machine. Its virtual-memory form reserves
 //! ranges from the same address space and counts mapped bytes against the device's limits,
 //! so what a virtual-memory arena holds is exact and the same on every machine.
 
@@ -19,7 +20,7 @@ const SPACE_BITS: u32 = 44;
 static NEXT_SPACE: AtomicU64 = AtomicU64::new(1);
 
 /// Default mapping granularity of the virtual-memory form: 2 MiB, CUDA's on an H100.
-pub const DEFAULT_VIRTUAL_GRANULARITY: u64 = 2 << 20;
+pub const DEFAULT_ADDRESS_SPACE_GRANULARITY: u64 = 2 << 20;
 
 #[derive(Debug)]
 struct Space {
@@ -73,18 +74,18 @@ impl Space {
 
 /// A simulated device that hands out addresses only. Cloning shares the device.
 #[derive(Debug, Clone)]
-pub struct VirtualAllocator {
+pub struct AddressSpaceAllocator {
     space: Arc<Mutex<Space>>,
     info: MemoryInfo,
 }
 
-impl Default for VirtualAllocator {
+impl Default for AddressSpaceAllocator {
     fn default() -> Self {
         Self::new(DeviceLimits::with_total(DEFAULT_VIRTUAL_TOTAL_MEMORY))
     }
 }
 
-impl VirtualAllocator {
+impl AddressSpaceAllocator {
     /// A device with `limits`, serving `Cuda` memory of device 0.
     pub fn new(limits: DeviceLimits) -> Self {
         let window =
@@ -94,11 +95,11 @@ impl VirtualAllocator {
         let space = Space {
             ledger: SimDevice::new(limits),
             holes,
-            vm: Reservations::new(DEFAULT_VIRTUAL_GRANULARITY),
+            vm: Reservations::new(DEFAULT_ADDRESS_SPACE_GRANULARITY),
             waiting_unmaps: 0,
             synchronizations: 0,
         };
-        VirtualAllocator {
+        AddressSpaceAllocator {
             space: Arc::new(Mutex::new(space)),
             info: MemoryInfo::new(MemoryKind::Cuda, 0),
         }
@@ -124,7 +125,7 @@ impl VirtualAllocator {
     }
 }
 
-impl RawAllocator for VirtualAllocator {
+impl RawAllocator for AddressSpaceAllocator {
     fn alloc(&self, size: u64) -> Result<u64> {
         let mut space = self.space.lock();
         space.ledger.admit(size)?;
@@ -156,26 +157,26 @@ impl RawAllocator for VirtualAllocator {
     }
 }
 
-/// The virtual-memory form of a [`VirtualAllocator`]'s device ([`VirtualAllocator::vm`]):
+/// The virtual-memory form of a [`AddressSpaceAllocator`]'s device ([`AddressSpaceAllocator::vm`]):
 /// shares its address space, limits and counters.
 #[derive(Debug, Clone)]
-pub struct VirtualVm {
+pub struct AddressSpaceVm {
     space: Arc<Mutex<Space>>,
     info: MemoryInfo,
 }
 
-impl VirtualAllocator {
+impl AddressSpaceAllocator {
     /// The device's virtual-memory form (same address space, limits and counters),
     /// reporting the same info.
-    pub fn vm(&self) -> VirtualVm {
-        VirtualVm {
+    pub fn vm(&self) -> AddressSpaceVm {
+        AddressSpaceVm {
             space: self.space.clone(),
             info: self.info,
         }
     }
 }
 
-impl VirtualVm {
+impl AddressSpaceVm {
     /// Unmaps so far that would have waited for the device, as CUDA's `unmap` does: those the
     /// arena could not show no queued work used (the rest came through
     /// [`VirtualMemory::unmap_idle`]).
@@ -184,7 +185,7 @@ impl VirtualVm {
     }
 }
 
-impl VirtualMemory for VirtualVm {
+impl VirtualMemory for AddressSpaceVm {
     fn granularity(&self) -> u64 {
         self.space.lock().vm.granularity()
     }
@@ -263,7 +264,7 @@ mod tests {
 
     #[test]
     fn freed_space_is_reused_and_merged() {
-        let v = VirtualAllocator::new(DeviceLimits::with_total(1 << 20));
+        let v = AddressSpaceAllocator::new(DeviceLimits::with_total(1 << 20));
         let a = v.alloc(1000).expect("fits");
         let b = v.alloc(256).expect("fits");
         assert_eq!(a % 256, 0);
@@ -275,7 +276,7 @@ mod tests {
 
     #[test]
     fn limits_refuse_and_count() {
-        let v = VirtualAllocator::new(DeviceLimits {
+        let v = AddressSpaceAllocator::new(DeviceLimits {
             total_memory: 4096,
             max_allocation: 2048,
         });
@@ -303,7 +304,7 @@ mod tests {
     #[test]
     fn mapped_bytes_count_against_the_device_and_reservations_do_not() {
         let raw =
-            VirtualAllocator::new(DeviceLimits::with_total(8 << 20)).with_granularity(1 << 20);
+            AddressSpaceAllocator::new(DeviceLimits::with_total(8 << 20)).with_granularity(1 << 20);
         let v = raw.vm();
         let base = v.reserve(64 << 20).expect("address space is plentiful");
         assert_eq!(base % (1 << 20), 0);
@@ -335,7 +336,10 @@ mod tests {
 
     #[test]
     fn two_devices_never_share_addresses() {
-        let (x, y) = (VirtualAllocator::default(), VirtualAllocator::default());
+        let (x, y) = (
+            AddressSpaceAllocator::default(),
+            AddressSpaceAllocator::default(),
+        );
         let (a, b) = (x.alloc(256).expect("fits"), y.alloc(256).expect("fits"));
         assert_ne!(a >> SPACE_BITS, b >> SPACE_BITS);
     }
