@@ -159,3 +159,50 @@ macro_rules! raw_block_methods {
 }
 
 pub(crate) use raw_block_methods;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state() -> BlockState<u8> {
+        BlockState::new("this allocator", AllocatorStats::default())
+    }
+
+    #[test]
+    fn a_block_added_then_taken_is_counted_in_use_and_back_out() {
+        let mut st = state();
+        st.add(0x1000, 512, 3);
+        assert_eq!((st.stats.in_use, st.stats.num_allocs), (512, 1));
+        assert_eq!(st.take(0x1000).ok(), Some((512, 3)));
+        assert_eq!(st.stats.in_use, 0);
+    }
+
+    #[test]
+    fn a_foreign_address_is_refused_and_changes_nothing() {
+        let mut st = state();
+        st.add(0x1000, 512, 3);
+        assert_eq!(
+            st.take(0x1100).map_err(|e| e.code()),
+            Err("ERR_ARENA_UNKNOWN_POINTER")
+        );
+        assert_eq!(st.allocated_size(0x1000).ok(), Some(512));
+        assert_eq!(st.stats.in_use, 512);
+    }
+
+    #[test]
+    fn once_retired_every_lookup_is_refused() {
+        let mut st = state();
+        st.add(0x1000, 512, 3);
+        st.retired = true;
+        let released = Err("ERR_ARENA_RELEASED");
+        assert_eq!(st.take(0x1000).map(|_| ()).map_err(|e| e.code()), released);
+        assert_eq!(
+            st.allocated_size(0x1000).map(|_| ()).map_err(|e| e.code()),
+            released
+        );
+        assert_eq!(
+            st.containing(0x1000, 1).map(|_| ()).map_err(|e| e.code()),
+            released
+        );
+    }
+}
