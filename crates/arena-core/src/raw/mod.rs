@@ -60,6 +60,20 @@ pub struct RawStats {
     pub total: Option<u64>,
 }
 
+impl RawStats {
+    /// Counts a mapping of `len` bytes by a virtual-memory form: one raw allocation.
+    pub fn count_map(&mut self, len: u64) {
+        self.raw_allocs += 1;
+        self.raw_bytes_outstanding += len;
+    }
+
+    /// Counts an unmapping of `len` bytes: one raw free.
+    pub fn count_unmap(&mut self, len: u64) {
+        self.raw_frees += 1;
+        self.raw_bytes_outstanding -= len;
+    }
+}
+
 /// A source of memory for one device. Implementations are thread-safe: the arena calls
 /// `alloc` (growth, reserves) and `free` (shrinking) from many threads, with no lock held; a
 /// reserve's free and the copies run under the owning sub-arena's lock.

@@ -90,14 +90,12 @@ impl SimDevice {
 
     /// Counts a map of `len` bytes: one raw allocation.
     pub(crate) fn record_map(&mut self, len: u64) {
-        self.stats.raw_allocs += 1;
-        self.stats.raw_bytes_outstanding += len;
+        self.stats.count_map(len);
     }
 
     /// Counts an unmap of `len` bytes: one raw free.
     pub(crate) fn record_unmap(&mut self, len: u64) {
-        self.stats.raw_frees += 1;
-        self.stats.raw_bytes_outstanding -= len;
+        self.stats.count_unmap(len);
     }
 
     /// The device's size.
