@@ -292,6 +292,30 @@ impl FreeEvents {
         self.recorded.fetch_max(label, Ordering::AcqRel);
     }
 
+    /// In a call that passes this stream (the host keeps it alive for the call): covers every
+    /// mark taken so far with an event and waits for that event, this stream's work alone,
+    /// never the device's. Returns whether every mark taken before the call is now complete.
+    pub fn finish_own(&self) -> bool {
+        let mut pending = self.pending.lock();
+        self.poll(&mut pending);
+        let label = self.marked.load(Ordering::Acquire);
+        if label <= self.completed.load(Ordering::Acquire) {
+            return true;
+        }
+        self.cover(&mut pending);
+        match pending.back() {
+            Some(&(l, ev)) if l >= label && self.events.synchronize(ev).is_ok() => {
+                // The newest event covers all the others: they are done too.
+                for (_, ev) in pending.drain(..) {
+                    self.events.release(ev);
+                }
+                self.completed.fetch_max(l, Ordering::AcqRel);
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Blocks until every mark taken so far is complete, as on the way to out of memory: waits
     /// on the newest event, and, for a stream the host may destroy (whose latest frees no
     /// event may cover), on the whole device. Returns whether more marks are now known

@@ -218,8 +218,9 @@ pub(super) struct Elsewhere<'a> {
 enum Scan {
     /// Mapped free chunks of at least a page (from the bins): cheap, for the threshold.
     Large,
-    /// As `Large`, for the headroom: the runs are remembered as evicted (churn).
-    Headroom,
+    /// As `Large`, for the headroom of a mapping for this stream: the runs are remembered as
+    /// evicted (churn), and the stream's own pending work on them is waited for.
+    Headroom(StreamId),
     /// Every run of adjacent mapped free chunks, whatever their streams: for shrink and out
     /// of memory.
     Everything,
@@ -318,11 +319,16 @@ impl State {
     }
 
     /// Unmaps up to `bytes` of this sub-arena's wholly free pages for another sub-arena's
-    /// mapping (the arena-wide headroom); returns the bytes unmapped.
-    pub(super) fn vm_unmap_for_another(&mut self, vm: &dyn VirtualMemory, bytes: u64) -> u64 {
+    /// mapping for stream `consumer` (the arena-wide headroom); returns the bytes unmapped.
+    pub(super) fn vm_unmap_for_another(
+        &mut self,
+        vm: &dyn VirtualMemory,
+        bytes: u64,
+        consumer: StreamId,
+    ) -> u64 {
         let before = self.stats.total_allocated;
         // A refused unmap leaves its pages mapped and counted; the next pass tries again.
-        let _ = self.vm_unmap_free(vm, None, bytes, Scan::Headroom);
+        let _ = self.vm_unmap_free(vm, None, bytes, Scan::Headroom(consumer));
         before - self.stats.total_allocated
     }
 
@@ -410,7 +416,7 @@ impl State {
                 }
             }
         };
-        let id = match self.vm_map(vm, elsewhere, plan, rounded, size) {
+        let id = match self.vm_map(vm, elsewhere, plan, rounded, size, consumer) {
             Ok(id) => id,
             Err(e) => {
                 if let Some(slot) = new_range {
@@ -571,7 +577,8 @@ impl State {
     }
 
     /// Maps the pages `plan` needs, within the budget (`arena.max_mem`) and the headroom
-    /// over the peak, unmapping free pages elsewhere first where those say so. Returns the
+    /// over the peak for stream `consumer`, unmapping free pages elsewhere first where those
+    /// say so. Returns the
     /// free chunk that now holds the first mapped page (or `plan.w0` when nothing was
     /// missing).
     fn vm_map(
@@ -581,6 +588,7 @@ impl State {
         plan: Plan,
         rounded: u64,
         size: u64,
+        consumer: StreamId,
     ) -> Result<u32> {
         let page = self.paged()?.page();
         let base = self.regions.get(plan.slot).base;
@@ -627,7 +635,7 @@ impl State {
             let cap = p.cap(peak).max(elsewhere.cap_floor);
             let mapped = p.pages.mapped_bytes();
             if mapped.saturating_add(need) > cap {
-                self.vm_unmap_free(vm, keep, mapped + need - cap, Scan::Headroom);
+                self.vm_unmap_free(vm, keep, mapped + need - cap, Scan::Headroom(consumer));
             }
             let unit = self.paged()?.unit;
             let mut got = map_in_units(vm, plan.m0, need, unit);

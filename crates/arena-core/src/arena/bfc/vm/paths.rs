@@ -182,7 +182,7 @@ impl<R: RawAllocator> Arena<R> {
                 }
                 let mut o = other.lock();
                 let before = o.held();
-                over = over.saturating_sub(o.vm_unmap_for_another(vm, over));
+                over = over.saturating_sub(o.vm_unmap_for_another(vm, over, consumer));
                 self.subs.follow_budget(before, o.held());
             }
             if waited != Waited::Settled
