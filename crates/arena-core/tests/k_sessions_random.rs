@@ -25,6 +25,9 @@ struct Freed {
     stream: usize,
     finished: u64,
     waits: u64,
+    /// Events recorded on the stream before the free: one of those after it completing means
+    /// the stream's work up to the free is done (the arena waited on it, or the test finished it).
+    records: u64,
 }
 
 struct World {
@@ -127,6 +130,7 @@ fn run(seed: u64, ops: usize) -> (u64, u64) {
                     assert!(
                         stream == Some(f.stream)
                             || w.finished[f.stream] > f.finished
+                            || w.sim.completed(w.handles[f.stream]) > f.records
                             || waits > f.waits,
                         "op {op} (seed {seed}): memory freed on stream {} went to {stream:?} \
                          before its work finished or the device was waited for",
@@ -150,6 +154,7 @@ fn run(seed: u64, ops: usize) -> (u64, u64) {
                         stream: s,
                         finished: w.finished[s],
                         waits: w.waits(),
+                        records: w.sim.records(w.handles[s]),
                     });
                 } else {
                     // Memory of no stream is free at once (ORT's contract for a plain free).

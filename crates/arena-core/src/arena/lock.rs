@@ -38,6 +38,10 @@ pub struct ArenaLock<T> {
     locked: AtomicBool,
     /// Waiters parked, or about to park, on this lock.
     parked: AtomicU32,
+    /// Held by an allocation or a free (taken by [`ArenaLock::lock_for_use`] or
+    /// [`ArenaLock::try_lock_for_use`]), not by a reader of stats or logs: what tells a thread
+    /// that finds the lock taken that another thread allocates beside it.
+    in_use: AtomicBool,
     value: UnsafeCell<T>,
 }
 
@@ -50,6 +54,8 @@ unsafe impl<T: Send> Sync for ArenaLock<T> {}
 #[derive(Debug)]
 pub struct ArenaGuard<'a, T> {
     lock: &'a ArenaLock<T>,
+    /// Taken for an allocation or a free (see the field `in_use` of [`ArenaLock`]).
+    for_use: bool,
 }
 
 impl<T> ArenaLock<T> {
@@ -58,6 +64,7 @@ impl<T> ArenaLock<T> {
         ArenaLock {
             locked: AtomicBool::new(false),
             parked: AtomicU32::new(0),
+            in_use: AtomicBool::new(false),
             value: UnsafeCell::new(value),
         }
     }
@@ -77,7 +84,35 @@ impl<T> ArenaLock<T> {
     #[inline]
     pub fn try_lock(&self) -> Option<ArenaGuard<'_, T>> {
         // Lazily: a guard made and dropped for nothing would release a lock another holds.
-        self.try_take().then(|| ArenaGuard { lock: self })
+        self.try_take().then(|| ArenaGuard {
+            lock: self,
+            for_use: false,
+        })
+    }
+
+    /// [`ArenaLock::try_lock`] for an allocation or a free.
+    #[inline]
+    pub fn try_lock_for_use(&self) -> Option<ArenaGuard<'_, T>> {
+        let mut g = self.try_lock()?;
+        self.in_use.store(true, Ordering::Relaxed);
+        g.for_use = true;
+        Some(g)
+    }
+
+    /// [`ArenaLock::lock`] for an allocation or a free.
+    #[inline]
+    pub fn lock_for_use(&self) -> ArenaGuard<'_, T> {
+        let mut g = self.lock();
+        self.in_use.store(true, Ordering::Relaxed);
+        g.for_use = true;
+        g
+    }
+
+    /// Whether the lock is held, as last seen, for an allocation or a free (a hint: read
+    /// without the lock).
+    #[inline]
+    pub fn held_for_use(&self) -> bool {
+        self.in_use.load(Ordering::Relaxed)
     }
 
     /// Waits for the lock and takes it.
@@ -86,7 +121,10 @@ impl<T> ArenaLock<T> {
         if !self.try_take() {
             self.lock_slow();
         }
-        ArenaGuard { lock: self }
+        ArenaGuard {
+            lock: self,
+            for_use: false,
+        }
     }
 
     #[cold]
@@ -151,6 +189,9 @@ impl<T> DerefMut for ArenaGuard<'_, T> {
 impl<T> Drop for ArenaGuard<'_, T> {
     #[inline]
     fn drop(&mut self) {
+        if self.for_use {
+            self.lock.in_use.store(false, Ordering::Relaxed);
+        }
         self.lock.locked.store(false, Ordering::Release);
         if self.lock.parked.load(Ordering::Relaxed) != 0 {
             self.lock.wake_one();
@@ -171,6 +212,23 @@ mod tests {
         assert!(lock.try_lock().is_none(), "still held by the first guard");
         drop(held);
         assert!(lock.try_lock().is_some());
+    }
+
+    #[test]
+    fn a_lock_taken_for_use_says_so_until_released_and_a_readers_does_not() {
+        let lock = ArenaLock::new(0u64);
+        let g = lock.lock_for_use();
+        assert!(lock.held_for_use());
+        drop(g);
+        assert!(!lock.held_for_use());
+        let g = lock.lock();
+        assert!(!lock.held_for_use(), "a reader's hold");
+        drop(g);
+        let g = lock.try_lock_for_use().expect("free");
+        assert!(lock.held_for_use());
+        assert!(lock.try_lock_for_use().is_none());
+        drop(g);
+        assert!(!lock.held_for_use());
     }
 
     #[test]

@@ -17,3 +17,4 @@ pub(crate) mod thread_slot;
 
 pub use bfc::Arena;
 pub(crate) use bfc::State;
+pub use sub_arenas::leave_shared_sub_arena;

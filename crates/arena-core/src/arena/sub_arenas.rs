@@ -1,10 +1,15 @@
 //! The arena's sub-arenas (issue 15: scale with threads).
 //!
 //! An arena is up to [`MAX_SUB_ARENAS`] sub-arenas, each a whole BFC arena of its own (regions,
-//! chunks, bins, stream tags: the `State` of `bfc.rs`) behind its own lock, and a thread
-//! allocates from the sub-arena its thread number picks (`thread_slot.rs`): threads alive at once
-//! get distinct sub-arenas, so on the common path no two threads touch the same lock or the same
-//! cache line. This is glibc's and jemalloc's per-thread arena, and RMM's per-stream
+//! chunks, bins, stream tags: the `State` of `bfc.rs`) behind its own lock. Every thread starts
+//! on the shared sub-arena ([`SHARED`]); one that finds its lock taken when it allocates leaves
+//! it for good, for the sub-arena its thread number picks (`thread_slot.rs`), as glibc's malloc
+//! moves a thread to another arena on contention. So threads that run at once get distinct
+//! sub-arenas, and on their common path no two touch the same lock or the same cache line;
+//! threads that take turns (PyTorch's autograd thread and the thread it serves, a pool's
+//! threads, one session's requests on a pool) stay one arena, with every address and every
+//! byte held that one thread doing all their work would have (issue 25: GPT-2 training held
+//! 13946 MiB on an H100 with the backward pass in a sub-arena of its own, 13864 so). This is glibc's and jemalloc's per-thread arena, and RMM's per-stream
 //! `arena_memory_resource` in spirit, keyed by thread rather than stream: ONNX Runtime's
 //! concurrent sessions and PyTorch's server threads each run on their own thread and stream, and
 //! keying by thread keeps one thread's program exactly the single arena it always was (every
@@ -48,6 +53,24 @@ use std::sync::{Arc, OnceLock};
 
 /// The most sub-arenas an arena has; threads past this many share them.
 pub const MAX_SUB_ARENAS: usize = 64;
+
+/// From now on the calling thread allocates from a sub-arena of its own in every arena, as it
+/// does once it finds another thread in the shared one (a free still goes to the sub-arena
+/// that handed the memory out). For a thread known to run beside others, so that its first
+/// allocations need not meet them; threads that take turns are best left shared: they then
+/// hold what one thread would.
+pub fn leave_shared_sub_arena() {
+    thread_slot::leave_shared();
+}
+
+/// The sub-arena every thread allocates from until it finds another thread there.
+pub(crate) const SHARED: usize = 0;
+
+/// The sub-arena of its own of the thread numbered `number`: never [`SHARED`].
+#[inline]
+fn own_index(number: u32) -> usize {
+    1 + number as usize % (MAX_SUB_ARENAS - 1)
+}
 
 /// One sub-arena, on cache lines of its own so neighbours' locks do not share them.
 #[derive(Debug)]
@@ -133,10 +156,23 @@ impl SubArenas {
         self.used().next().is_none() && self.setup.set(setup).is_ok()
     }
 
-    /// The index of the calling thread's sub-arena.
+    /// The index of the calling thread's sub-arena: [`SHARED`] until the thread met another
+    /// there, then one of its own (by its thread number).
     #[inline]
     pub(crate) fn index() -> usize {
-        thread_slot::current() as usize % MAX_SUB_ARENAS
+        if thread_slot::left_shared() {
+            own_index(thread_slot::current())
+        } else {
+            SHARED
+        }
+    }
+
+    /// The calling thread found the shared sub-arena's lock taken: from now on it allocates
+    /// from a sub-arena of its own. Returns that sub-arena's index.
+    #[cold]
+    pub(crate) fn leave_shared() -> usize {
+        thread_slot::leave_shared();
+        own_index(thread_slot::current())
     }
 
     /// Sub-arena `i`, if it was ever used.

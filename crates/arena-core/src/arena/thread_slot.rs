@@ -1,4 +1,5 @@
-//! A small number for each live thread, for picking its sub-arena (`sub_arenas.rs`).
+//! A small number for each live thread, for picking its sub-arena (`sub_arenas.rs`), and
+//! whether the thread still allocates from the shared one.
 //!
 //! A thread takes the lowest number no live thread holds the first time it asks, and gives it
 //! back when it exits. So threads alive at once hold distinct numbers (each its own sub-arena
@@ -40,6 +41,8 @@ impl Drop for Held {
 }
 
 thread_local! {
+    /// Whether this thread has left the shared sub-arena (see [`route`]).
+    static LEFT_SHARED: Cell<bool> = const { Cell::new(false) };
     /// This thread's number once it has one (`u32::MAX` before): a plain read, where `HELD`,
     /// having a destructor, is checked for registration on every access.
     static NUMBER: Cell<u32> = const { Cell::new(u32::MAX) };
@@ -55,6 +58,19 @@ pub(crate) fn current() -> u32 {
         u32::MAX => first(n),
         v => v,
     })
+}
+
+/// Whether this thread has met another in the shared sub-arena and allocates from its own
+/// since: one thread-local read.
+#[inline]
+pub(crate) fn left_shared() -> bool {
+    LEFT_SHARED.with(Cell::get)
+}
+
+/// From now on this thread allocates from a sub-arena of its own.
+#[cold]
+pub(crate) fn leave_shared() {
+    LEFT_SHARED.with(|l| l.set(true));
 }
 
 #[cold]
@@ -88,6 +104,19 @@ mod tests {
         sorted.sort_unstable();
         sorted.dedup();
         assert_eq!(sorted.len(), numbers.len(), "{numbers:?}");
+    }
+
+    #[test]
+    fn a_thread_starts_shared_and_leaves_for_good() {
+        std::thread::spawn(|| {
+            assert!(!left_shared());
+            leave_shared();
+            assert!(left_shared());
+            leave_shared();
+            assert!(left_shared());
+        })
+        .join()
+        .expect("thread");
     }
 
     #[test]

@@ -439,6 +439,12 @@ impl SimEvents {
         self.state.lock().streams.get(&stream).map_or(0, |e| e.0)
     }
 
+    /// How many of the events recorded on `stream` so far are complete (in recording order:
+    /// a finish, a synchronize on one, or a device-wide wait completes them).
+    pub fn completed(&self, stream: u64) -> u64 {
+        self.state.lock().streams.get(&stream).map_or(0, |e| e.1)
+    }
+
     /// Every `stream_wait` so far, as (waiting stream, the stream the event was recorded on).
     pub fn waits(&self) -> Vec<(u64, u64)> {
         self.state.lock().waits.clone()

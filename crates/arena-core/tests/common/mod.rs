@@ -53,8 +53,9 @@ pub fn snapshot(a: &(impl Allocator + ?Sized)) -> MemoryLog {
     a.memory_log()
 }
 
-/// A thread that runs closures sent to it, one at a time: an allocation made through it stays
-/// in that thread's sub-arena while the test goes on.
+/// A thread that runs closures sent to it, one at a time, from a sub-arena of its own (as a
+/// thread that met another in the shared one): an allocation made through it stays in that
+/// thread's sub-arena while the test goes on. [`Worker::shared`] leaves it shared.
 pub struct Worker {
     tx: Option<Sender<Box<dyn FnOnce() + Send>>>,
     handle: Option<std::thread::JoinHandle<()>>,
@@ -62,8 +63,20 @@ pub struct Worker {
 
 impl Worker {
     pub fn new() -> Self {
+        Self::start(true)
+    }
+
+    /// A worker that allocates from the shared sub-arena until it meets another thread there.
+    pub fn shared() -> Self {
+        Self::start(false)
+    }
+
+    fn start(own: bool) -> Self {
         let (tx, rx) = channel::<Box<dyn FnOnce() + Send>>();
         let handle = std::thread::spawn(move || {
+            if own {
+                cuda_arena_core::leave_shared_sub_arena();
+            }
             while let Ok(job) = rx.recv() {
                 job();
             }

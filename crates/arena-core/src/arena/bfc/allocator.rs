@@ -75,7 +75,7 @@ impl<R: RawAllocator> Allocator for Arena<R> {
         }
         // The common case: a chunk this thread's own sub-arena handed out.
         if let Some(sub) = self.subs.get(self.me()) {
-            let mut st = sub.lock();
+            let mut st = sub.lock_for_use();
             if let Some(id) = st.live.remove(addr) {
                 st.mark_hosted_free(id);
                 st.release_chunk(id);

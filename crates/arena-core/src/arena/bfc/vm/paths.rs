@@ -66,7 +66,7 @@ impl<R: RawAllocator> Arena<R> {
         let consumer = stream.map_or(0, Stream::id);
         let sub = self.subs.get_or_make(me);
         let mut global = Some(self.subs.global());
-        let mut st = sub.lock();
+        let mut st = sub.lock_for_use();
         st.check_live()?;
         let id = match st.find(rounded, consumer, stream) {
             Some(id) => Some(id),
