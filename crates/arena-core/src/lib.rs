@@ -15,7 +15,7 @@ pub use allocators::allocator::{Allocator, PlainAllocator, ORT_ALLOCATOR_VERSION
 pub use allocators::block_state::BlockState;
 pub use allocators::live_blocks::LiveBlocks;
 pub use allocators::pool::PoolAllocator;
-pub use arena::{leave_shared_sub_arena, Arena};
+pub use arena::{leave_shared_sub_arena, uses_own_sub_arena, Arena};
 pub use devices::backend::{Backend, SimBackend, SimKind};
 pub use devices::env_config::{env_config, parse_env_pairs, ENV_CONF};
 pub use devices::factory::{named_factory, Created, Factory, Released, SharedKind};

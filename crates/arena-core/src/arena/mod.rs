@@ -17,4 +17,4 @@ pub(crate) mod thread_slot;
 
 pub use bfc::Arena;
 pub(crate) use bfc::State;
-pub use sub_arenas::leave_shared_sub_arena;
+pub use sub_arenas::{leave_shared_sub_arena, uses_own_sub_arena};

@@ -63,6 +63,12 @@ pub fn leave_shared_sub_arena() {
     thread_slot::leave_shared();
 }
 
+/// Whether the calling thread allocates from a sub-arena of its own (it met another thread in
+/// the shared one, or called [`leave_shared_sub_arena`]).
+pub fn uses_own_sub_arena() -> bool {
+    thread_slot::left_shared()
+}
+
 /// The sub-arena every thread allocates from until it finds another thread there.
 pub(crate) const SHARED: usize = 0;
 
