@@ -16,7 +16,8 @@
 //! Environment: `THREADS` (default "1 2 4 8"), `TRACES` ("small mixed"), `OPS`, `BUDGET_S`
 //! (default 2), `STREAMS` ("1": each thread on its own stream; "0": plain `alloc`, no stream),
 //! `MODES` ("regions pages": ORT's region arena, and the virtual-memory mode at 2 MiB pages),
-//! `LOG=1` (each arena's regions or mapped extents and stats at the end, on stderr).
+//! `LOG=1` (each arena's regions or mapped extents and stats at the end, on stderr),
+//! `CONF="k=v,..."` (config keys for the virtual-memory mode's arenas).
 //! `BENCH_JSON=path` appends one JSON object per row.
 
 use cuda_arena_core::trace::synthetic::named_trace;
@@ -117,7 +118,12 @@ fn run(case: &Case, threads: usize) -> Row {
     let arena = Arc::new(if case.pages {
         let raw = AddressSpaceAllocator::default().with_granularity(2 << 20);
         let vm: Arc<dyn VirtualMemory> = Arc::new(raw.vm());
-        Arena::with_virtual_memory(raw, vm, ArenaConfig::default()).expect("arena")
+        {
+            let extra = std::env::var("CONF").unwrap_or_default();
+            let pairs = extra.split(',').filter_map(|kv| kv.split_once('='));
+            let config = ArenaConfig::from_pairs(pairs).expect("CONF holds valid config pairs");
+            Arena::with_virtual_memory(raw, vm, config).expect("arena")
+        }
     } else {
         Arena::new(AddressSpaceAllocator::default(), ArenaConfig::default()).expect("arena")
     });
