@@ -164,30 +164,12 @@ impl State {
     /// that stream's work so far, never another's or the device's. Returns whether the run is
     /// then idle (see [`State::vm_run_idle`]).
     fn vm_wait_own(&self, consumer: StreamId, first: u32, lo: u64, hi: u64) -> bool {
-        if self.unknown_work {
-            return false;
-        }
         let Some(own) = self.hosted.events(consumer) else {
             return false;
         };
-        let mut id = first;
-        while id != NIL {
-            let c = self.chunks.get(id);
-            if c.addr >= hi {
-                break;
-            }
-            let past = c.stream == 0
-                || c.stream == consumer
-                || self
-                    .hosted
-                    .events(c.stream)
-                    .is_some_and(|e| e.is_complete(c.sync_id));
-            if c.addr + c.size > lo && (c.in_use || !past) {
-                return false;
-            }
-            id = c.next;
-        }
-        own.finish_own() && self.vm_run_idle(first, lo, hi)
+        self.vm_run_past(first, lo, hi, Some(consumer))
+            && own.finish_own()
+            && self.vm_run_idle(first, lo, hi)
     }
 
     /// Whether a chunk of a host stream with events lies in the run from chunk `first` up to
@@ -213,6 +195,12 @@ impl State {
     /// events say its work is past the chunk's free (the same rule another stream's reuse
     /// follows). No driver call: what the events are known to say.
     fn vm_run_idle(&self, first: u32, lo: u64, hi: u64) -> bool {
+        self.vm_run_past(first, lo, hi, None)
+    }
+
+    /// [`State::vm_run_idle`], counting the chunks of stream `settled` (if given) as past
+    /// their frees too: what waiting for that stream's work would make of the run.
+    fn vm_run_past(&self, first: u32, lo: u64, hi: u64, settled: Option<StreamId>) -> bool {
         if self.unknown_work {
             return false;
         }
@@ -223,6 +211,7 @@ impl State {
                 break;
             }
             let past = c.stream == 0
+                || settled == Some(c.stream)
                 || self
                     .hosted
                     .events(c.stream)
