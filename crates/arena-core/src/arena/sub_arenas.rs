@@ -9,10 +9,11 @@
 //! threads that take turns (PyTorch's autograd thread and the thread it serves, a pool's
 //! threads, one session's requests on a pool) stay one arena, with every address and every
 //! byte held that one thread doing all their work would have (issue 25: GPT-2 training held
-//! 13946 MiB on an H100 with the backward pass in a sub-arena of its own, 13864 so). This is glibc's and jemalloc's per-thread arena, and RMM's per-stream
-//! `arena_memory_resource` in spirit, keyed by thread rather than stream: ONNX Runtime's
-//! concurrent sessions and PyTorch's server threads each run on their own thread and stream, and
-//! keying by thread keeps one thread's program exactly the single arena it always was (every
+//! 13946 MiB on an H100 with the backward pass in a sub-arena of its own, 13864 so). This is
+//! glibc's and jemalloc's per-thread arena, and RMM's per-stream `arena_memory_resource` in
+//! spirit, keyed by thread rather than stream: ONNX Runtime's concurrent sessions and PyTorch's
+//! server threads each run on their own thread and stream, and keying by thread keeps one
+//! thread's program exactly the single arena it always was (every
 //! stream rule, every address it would get) while threads that never share a stream, or use none,
 //! scale too. A stream's rules hold in every sub-arena: a chunk carries its stream and sync id
 //! wherever it lives.
@@ -173,12 +174,11 @@ impl SubArenas {
         }
     }
 
-    /// The calling thread found the shared sub-arena's lock taken: from now on it allocates
-    /// from a sub-arena of its own. Returns that sub-arena's index.
+    /// The calling thread found another allocating in the shared sub-arena: from now on it
+    /// allocates from a sub-arena of its own.
     #[cold]
-    pub(crate) fn leave_shared() -> usize {
+    pub(crate) fn leave_shared() {
         thread_slot::leave_shared();
-        own_index(thread_slot::current())
     }
 
     /// Sub-arena `i`, if it was ever used.

@@ -41,7 +41,7 @@ impl Drop for Held {
 }
 
 thread_local! {
-    /// Whether this thread has left the shared sub-arena (see [`route`]).
+    /// Whether this thread has left the shared sub-arena (see [`left_shared`]).
     static LEFT_SHARED: Cell<bool> = const { Cell::new(false) };
     /// This thread's number once it has one (`u32::MAX` before): a plain read, where `HELD`,
     /// having a destructor, is checked for registration on every access.
