@@ -49,7 +49,10 @@ grows between empty_caches, so its maximum is exact; RequestedInUse sampled).
 --snapshot PATH (native or expandable): records the allocation history from the baseline on
 (_record_memory_history, context=None, 4,000,000 entries) and dumps torch's snapshot pickle
 for `cuda-arena replay`. Recording adds work to every allocation, so proof.sh records in a
-run of its own; its times are not the allocator's.
+run of its own; its times are not the allocator's. With --snapshot-stacks, each entry also
+carries its Python stack (context="alloc", stacks="python"): an op with none ran on a thread
+with no Python frame, autograd's backward thread (scripts/gpu/tag_threads.py writes the
+thread-tagged traces of benches/traces/torch/*.threads.txt from such a snapshot).
 
 --check [REF.json]: the device test of issue 13: after the workload, everything is released
 (the model, the optimizer, cuBLAS workspaces, empty_cache) and the allocator must be back to
@@ -98,6 +101,8 @@ def parse_args(argv):
     p.add_argument("--json", metavar="OUT", help="write the JSON here (default: stdout)")
     p.add_argument("--label", help="the run's name in the JSON (default: the allocator)")
     p.add_argument("--snapshot", metavar="PATH", help="record and dump torch's memory snapshot")
+    p.add_argument("--snapshot-stacks", action="store_true",
+                   help="with --snapshot: each entry with its Python stack (tells the threads apart)")
     p.add_argument("--check", nargs="?", const="", metavar="REF.json",
                    help="check memory back after empty_cache, and outputs equal to REF's")
     p.add_argument("--lib", default=DEFAULT_LIB, help="libcuda_arena.so (default: .device/)")
@@ -671,8 +676,12 @@ def run(a, result):
                      "cuDNN for ResNet) handles, after clearCublasWorkspaces and empty_cache",
             allocator=base_alloc)
     if a.snapshot and not a.dry_run:
-        torch.cuda.memory._record_memory_history(
-            enabled="all", context=None, max_entries=SNAPSHOT_ENTRIES)
+        if a.snapshot_stacks:
+            torch.cuda.memory._record_memory_history(
+                enabled="all", context="alloc", stacks="python", max_entries=SNAPSHOT_ENTRIES)
+        else:
+            torch.cuda.memory._record_memory_history(
+                enabled="all", context=None, max_entries=SNAPSHOT_ENTRIES)
 
     if a.record and not a.dry_run:
         import cuda_arena.torch

@@ -1,7 +1,9 @@
 //! Issue 25: PyTorch's training step on its two threads. The forward pass and the optimizer run
 //! on Python's main thread, the backward pass on autograd's, which frees the forward pass's
 //! activations; the threads take turns. Their ops, tagged with the thread that made them
-//! (GPT-2 and ResNet-50 training on an H100, `benches/traces/torch/*.threads.txt`), replayed on
+//! (GPT-2 and ResNet-50 training on an H100, `benches/traces/torch/*.threads.txt`: recorded by
+//! `scripts/gpu/models.py W native --snapshot S --snapshot-stacks`, written by
+//! `scripts/gpu/tag_threads.py S`), replayed on
 //! two threads taking turns hold exactly what one thread doing all of it holds: on an H100,
 //! with the backward pass in a sub-arena of its own, GPT-2 held 13946 MiB where one thread held
 //! 13864.
