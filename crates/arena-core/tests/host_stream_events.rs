@@ -30,6 +30,23 @@ fn setup(pairs: &[(&str, &str)]) -> (Arena<AddressSpaceAllocator>, ForeignStream
     )
 }
 
+/// An arena in the default (virtual-memory) mode over 2 MiB pages (CUDA's granularity), its
+/// virtual memory (to count mapped bytes and device waits), its host streams and their
+/// simulated events.
+fn vm_setup_with_vm() -> (
+    Arena<AddressSpaceAllocator>,
+    cuda_arena_core::AddressSpaceVm,
+    ForeignStreams,
+    Arc<SimEvents>,
+) {
+    let sim = SimEvents::new();
+    let events: Arc<dyn StreamEvents> = sim.clone();
+    let raw = AddressSpaceAllocator::default().with_granularity(2 * MIB);
+    let vm = raw.vm();
+    let a = Arena::with_virtual_memory(raw, Arc::new(vm.clone()), config(&[])).expect("arena");
+    (a, vm, ForeignStreams::with_events(Some(events)), sim)
+}
+
 fn on(a: &impl Allocator, s: &Stream, size: u64) -> u64 {
     a.alloc_on_stream(size, s)
         .expect("alloc succeeds")
@@ -473,12 +490,7 @@ fn a_miss_polls_only_the_streams_holding_back_a_chunk_that_fits_in_virtual_memor
 /// T maps pages of its own instead; S's chunk goes to T once S's events say so.
 #[test]
 fn past_the_headroom_another_streams_pending_work_is_never_waited_for() {
-    let sim = SimEvents::new();
-    let events: Arc<dyn StreamEvents> = sim.clone();
-    let f = ForeignStreams::with_events(Some(events));
-    let raw = AddressSpaceAllocator::default().with_granularity(2 * MIB);
-    let vm = raw.vm();
-    let a = Arena::with_virtual_memory(raw, Arc::new(vm.clone()), config(&[])).expect("arena");
+    let (a, vm, f, sim) = vm_setup_with_vm();
     let (s, t) = (f.get(S).expect("s"), f.get(T).expect("t"));
     let p = on(&a, &s, MIB);
     a.free(p).expect("free on S, whose work is still queued");
@@ -543,12 +555,8 @@ fn past_the_headroom_another_threads_chunk_whose_stream_is_done_serves_without_n
 /// An arena in the default (virtual-memory) mode over 2 MiB pages, its host streams and their
 /// simulated events.
 fn vm_setup() -> (Arena<AddressSpaceAllocator>, ForeignStreams, Arc<SimEvents>) {
-    let sim = SimEvents::new();
-    let events: Arc<dyn StreamEvents> = sim.clone();
-    let raw = AddressSpaceAllocator::default().with_granularity(2 * MIB);
-    let a =
-        Arena::with_virtual_memory(raw.clone(), Arc::new(raw.vm()), config(&[])).expect("arena");
-    (a, ForeignStreams::with_events(Some(events)), sim)
+    let (a, _, f, sim) = vm_setup_with_vm();
+    (a, f, sim)
 }
 
 /// Issue 25, ONNX Runtime's sessions in the default mode: a session's frees after its last
@@ -622,12 +630,7 @@ fn adjacent_free_chunks_of_streams_whose_work_is_done_merge_before_new_pages() {
 /// behind (BERT serving held 618 MiB on an H100 where its replay held 584).
 #[test]
 fn past_the_headroom_a_streams_own_pending_frees_are_waited_for_and_unmapped() {
-    let sim = SimEvents::new();
-    let events: Arc<dyn StreamEvents> = sim.clone();
-    let f = ForeignStreams::with_events(Some(events));
-    let raw = AddressSpaceAllocator::default().with_granularity(2 * MIB);
-    let vm = raw.vm();
-    let a = Arena::with_virtual_memory(raw, Arc::new(vm.clone()), config(&[])).expect("arena");
+    let (a, vm, f, sim) = vm_setup_with_vm();
     let s = f.get(S).expect("s");
     // Ten pages in use, then every other one freed: five free pages, none adjacent, and S's
     // work on them never known done (the device runs behind).

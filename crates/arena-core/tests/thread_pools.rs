@@ -75,7 +75,9 @@ fn sixteen_pool_threads_taking_turns_hold_about_the_live_set_in_mapped_pages() {
     pool_threads_taking_turns_hold_about_the_live_set(Mode::Pages, 16, 2);
 }
 
-/// PyTorch's training step, `steps` times, with the main thread's and the autograd thread's
+/// PyTorch's training step, `steps` times (the main thread allocates activations; the autograd
+/// thread allocates gradients and frees the activations; the main thread frees the gradients),
+/// with the main thread's and the autograd thread's
 /// work run by `main` and `autograd` in turn: every address handed out, in order (as offsets), and the
 /// arena's held bytes and extensions at the end.
 fn training_steps(
@@ -171,36 +173,13 @@ fn a_thread_that_frees_what_another_allocated_and_allocates_alike_holds_about_th
 }
 
 fn allocate_on_one_free_on_another(mode: Mode) {
-    // Held before region moves too (each thread keeps memory in use, so none moves): this
-    // keeps them from making it worse. GPT-2 training's extra memory on two threads is the
-    // split between sub-arenas, measured in docs/benchmarks.md, which this pattern is too
-    // small to show.
-    // PyTorch's training step: the main thread allocates activations (forward); the autograd
-    // thread allocates gradients and frees the activations (backward); the main thread frees
-    // the gradients (optimizer step). Both threads live for the whole run.
-    let a = Arc::new(arena(mode));
-    let sizes = Arc::new(pool_working_set());
+    // PyTorch's training step on threads with sub-arenas of their own (as threads that met in
+    // the shared one): held before region moves too (each thread keeps memory in use, so none
+    // moves). Threads that never meet share one sub-arena and hold exactly one thread's bytes
+    // (`threads_taking_turns_are_one_arena`). Both threads live for the whole run.
+    let sizes = pool_working_set();
     let (main, autograd) = (Worker::new(), Worker::new());
-    for _ in 0..4 {
-        let (a1, s1) = (a.clone(), sizes.clone());
-        let activations: Vec<u64> = main.run(move || s1.iter().map(|&s| alloc(&*a1, s)).collect());
-        let (a2, s2) = (a.clone(), sizes.clone());
-        let grads: Vec<u64> = autograd.run(move || {
-            let grads = s2.iter().map(|&s| alloc(&*a2, s)).collect();
-            for x in activations {
-                a2.free(x).expect("live");
-            }
-            grads
-        });
-        let a3 = a.clone();
-        main.run(move || {
-            for x in grads {
-                a3.free(x).expect("live");
-            }
-        });
-    }
-    a.check_invariants().expect("consistent");
-    let held = a.stats().total_allocated as f64;
+    let held = training_steps(mode, &main, &autograd, 4).1 as f64;
     // At most the activations and the gradients are live at once.
     let peak_live = 2.0 * live_bytes(&sizes) as f64;
     let single = {
