@@ -48,7 +48,7 @@ export interface ArenaConfig {
   vmPeakHeadroomPercent?: number | bigint
   /** `arena.vm_churn_headroom_percent`: when a mapping wants back pages the headroom recently had unmapped, the headroom grows by them instead, up to this percentage of the peak in use, 0 … 1000 (at or below `vmPeakHeadroomPercent`: it never grows, and every chunk is cut to its request). Default 30. */
   vmChurnHeadroomPercent?: number | bigint
-  /** `arena.vm_map_unit_bytes`: a run of pages is mapped in mappings (driver allocations) of at most this many bytes, whole pages, at least one; only whole mappings are unmapped, so free pages of a mapping partly in use stay mapped. 0 … 2^62 (0: one page each). Default 64 MiB. */
+  /** `arena.vm_map_unit_bytes`: a run of pages is mapped in mappings (driver allocations) of at most this many bytes, whole pages, at least one; only whole mappings are unmapped, so free pages of a mapping partly in use stay mapped; a part of the arena that a second stream maps pages in maps one page each from then on. 0 … 2^62 (0: one page each). Default 64 MiB. */
   vmMapUnitBytes?: number | bigint
 }
 

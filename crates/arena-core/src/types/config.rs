@@ -182,7 +182,8 @@ pub struct ArenaConfig {
     /// whole pages, and at least one page), each one driver allocation; `0`: one page each.
     /// Only a whole mapping can be unmapped (CUDA cannot unmap part of one), so the free
     /// pages of a mapping partly in use stay mapped; larger mappings cost fewer driver
-    /// calls. 0 … 2^62. Default 64 MiB.
+    /// calls. A sub-arena that a second stream maps pages in maps one page each from then
+    /// on (streams free in rhythms of their own). 0 … 2^62. Default 64 MiB.
     pub vm_map_unit_bytes: u64,
 }
 
