@@ -302,6 +302,13 @@ impl<R: RawAllocator> Arena<R> {
         self.subs.global().ledger.rebalances
     }
 
+    /// How many allocations left the common path (no free chunk of the thread's sub-arena
+    /// served, or the quota needed a rebalance): each takes the global lock, and in
+    /// virtual-memory mode may map pages. For benchmarks and tests.
+    pub fn slow_allocations(&self) -> u64 {
+        self.subs.slow.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// The calling thread's sub-arena.
     #[inline(always)]
     fn me(&self) -> usize {
@@ -400,6 +407,9 @@ impl<R: RawAllocator> Arena<R> {
         size: u64,
         stream: Option<&Stream>,
     ) -> Result<Option<u64>> {
+        self.subs
+            .slow
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if let Some(vm) = &self.vm {
             return self.allocate_vm(&**vm, me, rounded, size, stream);
         }

@@ -118,6 +118,8 @@ pub(crate) struct SubArenas {
     config: ArenaConfig,
     /// `Global::retired`, readable without the global lock (set under it, never cleared).
     retired: AtomicBool,
+    /// Allocations that left the common path (`Arena::slow_allocations`).
+    pub(crate) slow: AtomicU64,
     /// What every sub-arena gets when it is made (virtual-memory mode: its page table and
     /// policy), set before the first one is.
     setup: OnceLock<Setup>,
@@ -153,6 +155,7 @@ impl SubArenas {
             next_region_id: AtomicU64::new(0),
             config: config.clone(),
             retired: AtomicBool::new(false),
+            slow: AtomicU64::new(0),
             setup: OnceLock::new(),
         }
     }

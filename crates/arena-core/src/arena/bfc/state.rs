@@ -221,29 +221,33 @@ impl State {
     ) -> Option<u32> {
         let chunks = &self.chunks;
         let hosted = &self.hosted;
-        let class = self.pages.as_deref().map_or(0, |p| p.class_for(rounded));
+        let (class, cross_pool) = self
+            .pages
+            .as_deref()
+            .map_or((0, false), |p| (p.class_for(rounded), p.cross_pool));
         let mut clock = None;
-        self.bins.best_fit_class(
-            class,
-            rounded,
-            #[inline(always)]
-            |id| {
-                let c = chunks.get(id);
-                c.stream == consumer || c.stream == 0 || {
-                    // ORT's rule: the consumer's own chunk, an unassigned one, or one whose
-                    // stream the consumer has waited on since the chunk was handed out
-                    // there; for a host stream with events, one whose free that stream's
-                    // work is known past.
-                    match hosted.events(c.stream) {
-                        Some(events) => events.is_complete(c.sync_id),
-                        None => stream.is_some_and(|s| {
-                            let clock = clock.get_or_insert_with(|| s.clock());
-                            c.sync_id < clock.last_wait(c.stream)
-                        }),
-                    }
+        let mut accept = |id: u32| {
+            let c = chunks.get(id);
+            c.stream == consumer || c.stream == 0 || {
+                // ORT's rule: the consumer's own chunk, an unassigned one, or one whose
+                // stream the consumer has waited on since the chunk was handed out
+                // there; for a host stream with events, one whose free that stream's
+                // work is known past.
+                match hosted.events(c.stream) {
+                    Some(events) => events.is_complete(c.sync_id),
+                    None => stream.is_some_and(|s| {
+                        let clock = clock.get_or_insert_with(|| s.clock());
+                        c.sync_id < clock.last_wait(c.stream)
+                    }),
                 }
-            },
-        )
+            }
+        };
+        match self.bins.best_fit_class(class, rounded, &mut accept) {
+            None if cross_pool && self.vm_full_for(rounded) => {
+                self.bins.best_fit_class(class ^ 1, rounded, accept)
+            }
+            found => found,
+        }
     }
 
     /// Whether a free chunk of `chunk_size` bytes handed out for `rounded` is cut. ORT's rule
