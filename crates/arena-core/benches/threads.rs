@@ -7,7 +7,10 @@
 //! passes, each started for all threads at once and ended when the last thread is done, until
 //! `BUDGET_S` seconds are spent (at least one). Aggregate Mops/s = N × ops ÷ pass wall time,
 //! median over the timed passes; `held/req` = the arena's `TotalAllocated` at the end (it never
-//! shrinks here, so that is its peak) ÷ (N × the trace's peak live requested bytes).
+//! shrinks here, so that is its peak) ÷ (N × the trace's peak live requested bytes); `slow path
+//! / alloc` = the timed passes' allocations that left the common path
+//! ([`Arena::slow_allocations`]: the global lock, memory of another thread's part, new pages) ÷
+//! their allocations.
 //!
 //! Traces (the GPU matrix's two): `small` (8 B – 64 KiB, at most 4,000 live) and `mixed` with
 //! every size divided by 16 (16 B – 4 MiB, at most 2,000 live), `OPS` ops each (default
@@ -99,6 +102,8 @@ struct Row {
     max_in_use_over_req: f64,
     extensions: u64,
     rebalances: u64,
+    /// Allocations of the timed passes that left the common path, per allocation.
+    slow_per_alloc: f64,
 }
 
 /// One trace prepared for every thread count.
@@ -177,6 +182,7 @@ fn run(case: &Case, threads: usize) -> Row {
     };
     let began = Instant::now();
     let first = pass();
+    let slow_before = arena.slow_allocations();
     let mut walls = Vec::new();
     loop {
         walls.push(pass());
@@ -190,6 +196,9 @@ fn run(case: &Case, threads: usize) -> Row {
         h.join().expect("bench thread");
     }
     let stats = arena.stats();
+    let allocs_per_pass = (threads * ops.iter().filter(|op| op.0).count()) as f64;
+    let slow_per_alloc =
+        (arena.slow_allocations() - slow_before) as f64 / (walls.len() as f64 * allocs_per_pass);
     // `LOG=1`: each mapped extent or region at the end, and the stats.
     if std::env::var("LOG").is_ok() {
         let log = arena.memory_log();
@@ -229,6 +238,7 @@ fn run(case: &Case, threads: usize) -> Row {
         max_in_use_over_req: stats.max_in_use as f64 / req,
         extensions: stats.num_arena_extensions,
         rebalances: arena.quota_rebalances(),
+        slow_per_alloc,
     }
 }
 
@@ -253,8 +263,8 @@ fn main() {
             "no streams"
         }
     );
-    println!("| trace | threads | agg Mops/s | vs 1 thread | ns/op/thread | pass 0 Mops/s | passes | held/req | MaxInUse/req | regions | quota rebalances |");
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("| trace | threads | agg Mops/s | vs 1 thread | ns/op/thread | pass 0 Mops/s | passes | held/req | MaxInUse/req | regions | quota rebalances | slow path / alloc |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let cases = traces.split_whitespace().flat_map(|kind| {
         modes
             .split_whitespace()
@@ -278,7 +288,7 @@ fn main() {
             let r = run(&case, n);
             let one = *base.get_or_insert(r.agg_mops);
             println!(
-                "| {} | {} | {:.3} | {:.2}x | {:.1} | {:.3} | {} | {:.3} | {:.3} | {} | {} |",
+                "| {} | {} | {:.3} | {:.2}x | {:.1} | {:.3} | {} | {:.3} | {:.3} | {} | {} | {:.4} |",
                 r.trace,
                 r.threads,
                 r.agg_mops,
@@ -289,7 +299,8 @@ fn main() {
                 r.held_over_req,
                 r.max_in_use_over_req,
                 r.extensions,
-                r.rebalances
+                r.rebalances,
+                r.slow_per_alloc
             );
             if let Some(path) = &json {
                 let mut f = std::fs::OpenOptions::new()
@@ -299,8 +310,8 @@ fn main() {
                     .expect("BENCH_JSON");
                 writeln!(
                     f,
-                    "{{\"trace\":\"{}\",\"threads\":{},\"streams\":{streams},\"agg_mops\":{:.4},\"ns_per_op_thread\":{:.2},\"first_pass_mops\":{:.4},\"passes\":{},\"held_over_req\":{:.4},\"max_in_use_over_req\":{:.4},\"regions\":{}}}",
-                    r.trace, r.threads, r.agg_mops, r.ns_per_op_thread, r.first_pass_mops, r.passes, r.held_over_req, r.max_in_use_over_req, r.extensions
+                    "{{\"trace\":\"{}\",\"threads\":{},\"streams\":{streams},\"agg_mops\":{:.4},\"ns_per_op_thread\":{:.2},\"first_pass_mops\":{:.4},\"passes\":{},\"held_over_req\":{:.4},\"max_in_use_over_req\":{:.4},\"regions\":{},\"slow_per_alloc\":{:.5}}}",
+                    r.trace, r.threads, r.agg_mops, r.ns_per_op_thread, r.first_pass_mops, r.passes, r.held_over_req, r.max_in_use_over_req, r.extensions, r.slow_per_alloc
                 )
                 .expect("write");
             }
