@@ -5,27 +5,12 @@
 
 mod common;
 use common::*;
-use cuda_arena_core::{
-    AddressSpaceAllocator, Allocator, Arena, DeviceLimits, RawAllocator, Stream, VirtualMemory,
-};
-use std::sync::Arc;
+use cuda_arena_core::{AddressSpaceAllocator, Allocator, Arena, Stream};
 
 const PAGE: u64 = 64 * KIB;
 
-fn vm_arena() -> Arena<AddressSpaceAllocator> {
-    let raw = AddressSpaceAllocator::new(DeviceLimits::with_total(GIB)).with_granularity(PAGE);
-    let vm: Arc<dyn VirtualMemory> = Arc::new(raw.vm());
-    Arena::with_virtual_memory(raw, vm, config(&[])).expect("arena")
-}
-
-fn map_calls(a: &Arena<AddressSpaceAllocator>) -> u64 {
-    a.raw().raw_stats().raw_allocs
-}
-
-fn mapped(a: &Arena<AddressSpaceAllocator>) -> u64 {
-    a.virtual_memory()
-        .expect("virtual-memory mode")
-        .mapped_bytes()
+fn arena() -> Arena<AddressSpaceAllocator> {
+    vm_arena(GIB, PAGE, &[])
 }
 
 fn on(a: &Arena<AddressSpaceAllocator>, size: u64, s: &Stream) -> u64 {
@@ -34,7 +19,7 @@ fn on(a: &Arena<AddressSpaceAllocator>, size: u64, s: &Stream) -> u64 {
 
 #[test]
 fn one_stream_maps_a_run_of_pages_in_one_mapping() {
-    let a = vm_arena();
+    let a = arena();
     let s = Stream::new();
     let p = on(&a, 20 * MIB, &s);
     let q = on(&a, 20 * MIB, &s);
@@ -51,7 +36,7 @@ fn one_stream_maps_a_run_of_pages_in_one_mapping() {
 
 #[test]
 fn from_a_second_stream_on_pages_are_mapped_one_at_a_time() {
-    let a = vm_arena();
+    let a = arena();
     let (s, t) = (Stream::new(), Stream::new());
     let p = on(&a, 20 * MIB, &s);
     assert_eq!(map_calls(&a), 1);
@@ -75,7 +60,7 @@ fn from_a_second_stream_on_pages_are_mapped_one_at_a_time() {
 
 #[test]
 fn with_several_streams_the_free_pages_beside_a_chunk_in_use_can_go() {
-    let a = vm_arena();
+    let a = arena();
     let (s, t) = (Stream::new(), Stream::new());
     let p = on(&a, 2 * MIB, &s);
     let x = on(&a, 8 * MIB, &t);

@@ -7,20 +7,13 @@
 
 mod common;
 use common::*;
-use cuda_arena_core::{AddressSpaceAllocator, Allocator, Arena, DeviceLimits, VirtualMemory};
-use std::sync::Arc;
+use cuda_arena_core::Allocator;
 
 const PAGE: u64 = 64 * KIB;
 
-fn vm_arena() -> Arena<AddressSpaceAllocator> {
-    let raw = AddressSpaceAllocator::new(DeviceLimits::with_total(GIB)).with_granularity(PAGE);
-    let vm: Arc<dyn VirtualMemory> = Arc::new(raw.vm());
-    Arena::with_virtual_memory(raw, vm, config(&[])).expect("arena")
-}
-
 #[test]
 fn past_the_headroom_small_requests_take_the_large_pools_free_memory_on_the_common_path() {
-    let a = vm_arena();
+    let a = vm_arena(GIB, PAGE, &[]);
     let big = alloc(&a, 4 * MIB);
     a.free(big).expect("live");
     let held = a.stats().total_allocated;
@@ -49,19 +42,23 @@ fn past_the_headroom_small_requests_take_the_large_pools_free_memory_on_the_comm
 }
 
 #[test]
-fn within_the_headroom_the_pools_stay_apart() {
-    let a = vm_arena();
+fn a_small_request_whose_pages_fit_in_the_headroom_maps_its_own_pool_even_after_a_miss_crossed() {
+    // A headroom of 10 % of the 4 MiB peak: 409 KiB.
+    let a = vm_arena(GIB, PAGE, &[("arena.vm_peak_headroom_percent", "10")]);
     let big = alloc(&a, 4 * MIB);
     a.free(big).expect("live");
-    // One page fits in the headroom (2 % of the 4 MiB peak): the small request maps pages of
-    // its own pool.
-    let keep = alloc(&a, 3 * MIB);
+    // 640 KiB of pages would pass it: the large pool's free chunk serves.
+    let first = alloc(&a, 600 * KIB);
+    assert!(first >= big && first < big + 4 * MIB);
+    let slow = a.slow_allocations();
+    // One page fits in it: the small pool maps a page of its own, from the slow path.
     let small = alloc(&a, 1000);
     assert!(
         small < big || small >= big + 4 * MIB,
-        "a small request is not cut from the large pool while the headroom has room"
+        "not cut from the large pool's chunk while the headroom has room for its pages"
     );
-    for p in [keep, small] {
+    assert_eq!(a.slow_allocations(), slow + 1);
+    for p in [first, small] {
         a.free(p).expect("live");
     }
     a.check_invariants().expect("consistent");

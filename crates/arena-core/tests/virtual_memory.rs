@@ -14,24 +14,6 @@ use cuda_arena_core::{
 };
 use std::sync::Arc;
 
-/// A virtual device of `total` bytes mapping in `page`-byte granules, and an arena in
-/// virtual-memory mode over it.
-fn vm_arena(total: u64, page: u64, pairs: &[(&str, &str)]) -> Arena<AddressSpaceAllocator> {
-    let raw = AddressSpaceAllocator::new(DeviceLimits::with_total(total)).with_granularity(page);
-    let vm: Arc<dyn VirtualMemory> = Arc::new(raw.vm());
-    Arena::with_virtual_memory(raw, vm, config(pairs)).expect("arena")
-}
-
-fn mapped(a: &Arena<AddressSpaceAllocator>) -> u64 {
-    a.virtual_memory()
-        .expect("virtual-memory mode")
-        .mapped_bytes()
-}
-
-fn map_calls(a: &Arena<AddressSpaceAllocator>) -> u64 {
-    a.raw().raw_stats().raw_allocs
-}
-
 const PAGE: u64 = 64 * KIB;
 
 #[test]

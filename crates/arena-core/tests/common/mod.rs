@@ -15,6 +15,27 @@ pub fn config(pairs: &[(&str, &str)]) -> ArenaConfig {
     ArenaConfig::from_pairs(pairs.iter().copied()).expect("test config is valid")
 }
 
+/// A virtual device of `total` bytes mapping in `page`-byte granules, and an arena in
+/// virtual-memory mode over it.
+pub fn vm_arena(total: u64, page: u64, pairs: &[(&str, &str)]) -> Arena<AddressSpaceAllocator> {
+    let raw = AddressSpaceAllocator::new(DeviceLimits::with_total(total)).with_granularity(page);
+    let vm: std::sync::Arc<dyn cuda_arena_core::VirtualMemory> = std::sync::Arc::new(raw.vm());
+    Arena::with_virtual_memory(raw, vm, config(pairs)).expect("arena")
+}
+
+/// Bytes the arena's virtual memory has mapped.
+pub fn mapped(a: &Arena<AddressSpaceAllocator>) -> u64 {
+    a.virtual_memory()
+        .expect("virtual-memory mode")
+        .mapped_bytes()
+}
+
+/// Driver allocations (mappings) made so far.
+pub fn map_calls(a: &Arena<AddressSpaceAllocator>) -> u64 {
+    use cuda_arena_core::RawAllocator;
+    a.raw().raw_stats().raw_allocs
+}
+
 /// An arena over an 80 GiB virtual device.
 pub fn virtual_arena(pairs: &[(&str, &str)]) -> Arena<AddressSpaceAllocator> {
     Arena::new(AddressSpaceAllocator::default(), config(pairs)).expect("arena")

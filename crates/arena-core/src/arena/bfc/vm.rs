@@ -462,14 +462,14 @@ impl State {
         Ok(self.vm_carve(id, plan.w0, plan.w0 + rounded))
     }
 
-    /// Whether mapping `need` more bytes for a chunk of `rounded` bytes would pass the
-    /// headroom over the peak.
     /// Whether pages for all of `rounded` bytes would pass the headroom (the common path's
     /// cheap stand-in for the slow path's plan).
     pub(super) fn vm_full_for(&self, rounded: u64) -> bool {
         self.vm_would_unmap(self.vm_pages_for(rounded), rounded, 0)
     }
 
+    /// Whether mapping `need` more bytes for a chunk of `rounded` bytes would pass the
+    /// headroom over the peak.
     fn vm_would_unmap(&self, need: u64, rounded: u64, floor: u64) -> bool {
         let Some(p) = self.pages.as_deref() else {
             return false;
