@@ -115,6 +115,18 @@ impl<T> ArenaLock<T> {
         self.in_use.load(Ordering::Relaxed)
     }
 
+    /// The lock, if it is free now or comes free while this thread spins as
+    /// [`ArenaLock::lock`] would before parking; `None` rather than park. For a thread that
+    /// can do without this lock's value: one held across a driver call, or by a thread the
+    /// scheduler took off its core (more threads than cores), is not waited for.
+    #[inline]
+    pub fn lock_unless_stalled(&self) -> Option<ArenaGuard<'_, T>> {
+        (self.try_take() || self.spin()).then(|| ArenaGuard {
+            lock: self,
+            for_use: false,
+        })
+    }
+
     /// Waits for the lock and takes it.
     #[inline]
     pub fn lock(&self) -> ArenaGuard<'_, T> {
@@ -127,16 +139,25 @@ impl<T> ArenaLock<T> {
         }
     }
 
+    /// Spins a while for the lock; whether it was taken.
     #[cold]
-    fn lock_slow(&self) {
+    fn spin(&self) -> bool {
         for round in 0..SPINS {
             // Read before trying again, so waiters do not fight over the cache line.
             if !self.locked.load(Ordering::Relaxed) && self.try_take() {
-                return;
+                return true;
             }
             for _ in 0..(1u32 << (round / 8).min(5)) {
                 spin_loop();
             }
+        }
+        false
+    }
+
+    #[cold]
+    fn lock_slow(&self) {
+        if self.spin() {
+            return;
         }
         loop {
             self.parked.fetch_add(1, Ordering::SeqCst);

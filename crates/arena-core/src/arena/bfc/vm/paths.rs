@@ -180,7 +180,11 @@ impl<R: RawAllocator> Arena<R> {
                 if over == 0 {
                     break;
                 }
-                let mut o = other.lock();
+                // A sub-arena whose thread holds its lock off its core is passed over, as
+                // in `steal`.
+                let Some(mut o) = other.lock_unless_stalled() else {
+                    continue;
+                };
                 let before = o.held();
                 over = over.saturating_sub(o.vm_unmap_for_another(vm, over, consumer));
                 self.subs.follow_budget(before, o.held());
@@ -390,17 +394,16 @@ impl<R: RawAllocator> Arena<R> {
         // free, the source changed mid-turn (1.30x).
         let mut order: Vec<(u64, usize)> = self
             .others_indexed(me)
-            .map(|(t, sub)| {
-                let st = sub.lock();
-                (st.held(), t)
-            })
+            .filter_map(|(t, sub)| sub.lock_unless_stalled().map(|st| (st.held(), t)))
             .collect();
         order.sort_unstable_by_key(|&(free, t)| (std::cmp::Reverse(free), t));
         for (_, t) in order {
             let Some(sub) = self.subs.get(t) else {
                 continue;
             };
-            let mut st = sub.lock();
+            let Some(mut st) = sub.lock_unless_stalled() else {
+                continue;
+            };
             let from_idle = idle.contains(&t);
             // Past the ceiling, a busy sub-arena's free chunks serve too (K sessions on a pool
             // of threads: each thread's part would otherwise keep the largest request it ever
