@@ -236,6 +236,43 @@ mod tests {
     }
 
     #[test]
+    fn lock_unless_stalled_gives_up_on_a_lock_held_throughout_without_parking() {
+        let lock = ArenaLock::new(0u64);
+        let held = lock.lock();
+        assert!(lock.lock_unless_stalled().is_none());
+        assert_eq!(
+            lock.parked.load(Ordering::SeqCst),
+            0,
+            "it never counted itself parked"
+        );
+        drop(held);
+        *lock.lock_unless_stalled().expect("free now") += 1;
+        assert_eq!(*lock.lock(), 1);
+    }
+
+    #[test]
+    fn lock_unless_stalled_excludes_like_lock() {
+        let lock = Arc::new(ArenaLock::new(0u64));
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let lock = lock.clone();
+                std::thread::spawn(move || {
+                    let mut taken = 0u64;
+                    for _ in 0..20_000 {
+                        if let Some(mut g) = lock.lock_unless_stalled() {
+                            *g += 1;
+                            taken += 1;
+                        }
+                    }
+                    taken
+                })
+            })
+            .collect();
+        let taken: u64 = threads.into_iter().map(|t| t.join().expect("thread")).sum();
+        assert_eq!(*lock.lock(), taken, "no increment lost, none counted twice");
+    }
+
+    #[test]
     fn a_lock_taken_for_use_says_so_until_released_and_a_readers_does_not() {
         let lock = ArenaLock::new(0u64);
         let g = lock.lock_for_use();
