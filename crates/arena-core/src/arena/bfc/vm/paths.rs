@@ -373,7 +373,10 @@ impl<R: RawAllocator> Arena<R> {
     /// its forward pass, on one stream). Chunks of a busy thread's part that merely may be
     /// taken stay its own: taken, they would come back there on every free, and the thread
     /// that took them would miss and take again on every allocation), unless the arena is
-    /// `past_ceiling`: then any chunk the stream may take, anywhere.
+    /// `past_ceiling`: then any chunk the stream may take, anywhere. A sub-arena whose lock
+    /// stays held through a spin is passed over
+    /// ([`crate::arena::lock::ArenaLock::lock_unless_stalled`]): its thread is mapping pages or
+    /// off its core, and a miss that finds nothing maps pages instead.
     #[allow(clippy::too_many_arguments)]
     fn steal<'a>(
         &'a self,
