@@ -17,16 +17,22 @@
 //! 131,072, as `run_mt_device.sh`).
 //!
 //! Environment: `THREADS` (default "1 2 4 8"), `TRACES` ("small mixed"), `OPS`, `BUDGET_S`
-//! (default 2), `STREAMS` ("1": each thread on its own stream; "0": plain `alloc`, no stream),
+//! (default 2), `STREAMS` ("1", the default: each thread on a stream of its own that the host
+//! owns, as `replay_mt`'s `CUstream`s, whose events complete at once since nothing runs on
+//! `virtual`; "own": each on a `Stream::new()`, cuda-arena's own stream, which has no events, so
+//! a chunk another thread's stream freed is that stream's until a reset; "0": plain `alloc`),
 //! `MODES` ("regions pages": ORT's region arena, and the virtual-memory mode at 2 MiB pages),
 //! `LOG=1` (each arena's regions or mapped extents and stats at the end, on stderr),
-//! `CONF="k=v,..."` (config keys for the virtual-memory mode's arenas).
+//! `CONF="k=v,..."` (config keys for the virtual-memory mode's arenas), `PRIVATE=1` (each
+//! thread its own arena: what the machine gives threads that share nothing, the ceiling for
+//! the shared arena's scaling).
 //! `BENCH_JSON=path` appends one JSON object per row.
 
 use cuda_arena_core::trace::synthetic::named_trace;
 use cuda_arena_core::trace::TraceOp;
 use cuda_arena_core::{
-    AddressSpaceAllocator, Allocator, Arena, ArenaConfig, Stream, VirtualMemory,
+    AddressSpaceAllocator, Allocator, Arena, ArenaConfig, ForeignStreams, SimEvents, Stream,
+    StreamEvents, VirtualMemory,
 };
 use std::io::Write;
 use std::sync::{Arc, Barrier};
@@ -114,27 +120,53 @@ struct Case {
     n_slots: usize,
     peak: u64,
     budget_s: f64,
-    streams: bool,
+    streams: Streams,
     /// Virtual-memory mode.
     pages: bool,
 }
 
+/// The streams the threads allocate on.
+#[derive(Clone, Copy, PartialEq)]
+enum Streams {
+    /// Plain `alloc`.
+    None,
+    /// Streams the host owns, as `replay_mt`'s `CUstream`s: each carries events, which
+    /// complete at once here (no work runs on `virtual`), as on the GPU where the harness
+    /// launches no kernels.
+    Host,
+    /// cuda-arena's own streams (`Stream::new`): ONNX Runtime's sync-id rule, no events, so
+    /// a chunk one thread's stream freed serves another only after a reset.
+    Own,
+}
+
 fn run(case: &Case, threads: usize) -> Row {
-    let arena = Arc::new(if case.pages {
-        let raw = AddressSpaceAllocator::default().with_granularity(2 << 20);
-        let vm: Arc<dyn VirtualMemory> = Arc::new(raw.vm());
-        {
-            let extra = std::env::var("CONF").unwrap_or_default();
-            let pairs = extra.split(',').filter_map(|kv| kv.split_once('='));
-            let config = ArenaConfig::from_pairs(pairs).expect("CONF holds valid config pairs");
-            Arena::with_virtual_memory(raw, vm, config).expect("arena")
-        }
+    let make = || {
+        Arc::new(if case.pages {
+            let raw = AddressSpaceAllocator::default().with_granularity(2 << 20);
+            let vm: Arc<dyn VirtualMemory> = Arc::new(raw.vm());
+            {
+                let extra = std::env::var("CONF").unwrap_or_default();
+                let pairs = extra.split(',').filter_map(|kv| kv.split_once('='));
+                let config = ArenaConfig::from_pairs(pairs).expect("CONF holds valid config pairs");
+                Arena::with_virtual_memory(raw, vm, config).expect("arena")
+            }
+        } else {
+            Arena::new(AddressSpaceAllocator::default(), ArenaConfig::default()).expect("arena")
+        })
+    };
+    // One arena for all, or (`PRIVATE`) one each.
+    let shared = make();
+    let arenas: Vec<_> = if std::env::var("PRIVATE").is_ok() {
+        (0..threads).map(|_| make()).collect()
     } else {
-        Arena::new(AddressSpaceAllocator::default(), ArenaConfig::default()).expect("arena")
-    });
+        vec![shared; threads]
+    };
+    let slow = || arenas.iter().map(|a| a.slow_allocations()).sum::<u64>();
     let start = Arc::new(Barrier::new(threads + 1));
     let done = Arc::new(Barrier::new(threads + 1));
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let events: Arc<dyn StreamEvents> = SimEvents::immediate();
+    let host_streams = Arc::new(ForeignStreams::with_events(Some(events)));
     let Case {
         ref kind,
         div,
@@ -146,19 +178,24 @@ fn run(case: &Case, threads: usize) -> Row {
         pages,
     } = *case;
     let handles: Vec<_> = (0..threads)
-        .map(|_| {
-            let (arena, ops, start, done, stop) = (
-                arena.clone(),
+        .map(|t| {
+            let (arena, ops, start, done, stop, host_streams) = (
+                arenas[t].clone(),
                 ops.clone(),
                 start.clone(),
                 done.clone(),
                 stop.clone(),
+                host_streams.clone(),
             );
             std::thread::spawn(move || {
                 // First touch by the owning thread, as replay_mt does.
                 let ops: Ops = (*ops).clone();
                 let mut slots = vec![0u64; n_slots];
-                let stream = streams.then(Stream::new);
+                let stream = match streams {
+                    Streams::None => None,
+                    Streams::Host => Some(host_streams.get(t as u64 + 1).expect("a handle")),
+                    Streams::Own => Some(Stream::new()),
+                };
                 loop {
                     start.wait();
                     if stop.load(std::sync::atomic::Ordering::Relaxed) {
@@ -182,7 +219,7 @@ fn run(case: &Case, threads: usize) -> Row {
     };
     let began = Instant::now();
     let first = pass();
-    let slow_before = arena.slow_allocations();
+    let slow_before = slow();
     let mut walls = Vec::new();
     loop {
         walls.push(pass());
@@ -195,10 +232,19 @@ fn run(case: &Case, threads: usize) -> Row {
     for h in handles {
         h.join().expect("bench thread");
     }
-    let stats = arena.stats();
+    let arena = &arenas[0];
+    let mut stats = arena.stats();
+    // Private arenas: their sums (MaxInUse so is the sum of each one's peak).
+    for a in &arenas[1..] {
+        if !Arc::ptr_eq(a, arena) {
+            let s = a.stats();
+            stats.total_allocated += s.total_allocated;
+            stats.max_in_use += s.max_in_use;
+            stats.num_arena_extensions += s.num_arena_extensions;
+        }
+    }
     let allocs_per_pass = (threads * ops.iter().filter(|op| op.0).count()) as f64;
-    let slow_per_alloc =
-        (arena.slow_allocations() - slow_before) as f64 / (walls.len() as f64 * allocs_per_pass);
+    let slow_per_alloc = (slow() - slow_before) as f64 / (walls.len() as f64 * allocs_per_pass);
     // `LOG=1`: each mapped extent or region at the end, and the stats.
     if std::env::var("LOG").is_ok() {
         let log = arena.memory_log();
@@ -252,15 +298,19 @@ fn main() {
     let budget_s: f64 = env_or("BUDGET_S", "2")
         .parse()
         .expect("BUDGET_S is a number");
-    let streams = env_or("STREAMS", "1") != "0";
+    let streams = match env_or("STREAMS", "1").as_str() {
+        "0" => Streams::None,
+        "own" => Streams::Own,
+        _ => Streams::Host,
+    };
     let modes = env_or("MODES", "regions pages");
     let json = std::env::var("BENCH_JSON").ok();
     println!(
         "thread scaling on virtual, {} ({ops} ops per thread)",
-        if streams {
-            "each thread on its own stream"
-        } else {
-            "no streams"
+        match streams {
+            Streams::Host => "each thread on its own host stream (events complete at once)",
+            Streams::Own => "each thread on its own cuda-arena stream (no events)",
+            Streams::None => "no streams",
         }
     );
     println!("| trace | threads | agg Mops/s | vs 1 thread | ns/op/thread | pass 0 Mops/s | passes | held/req | MaxInUse/req | regions | quota rebalances | slow path / alloc |");
@@ -310,8 +360,8 @@ fn main() {
                     .expect("BENCH_JSON");
                 writeln!(
                     f,
-                    "{{\"trace\":\"{}\",\"threads\":{},\"streams\":{streams},\"agg_mops\":{:.4},\"ns_per_op_thread\":{:.2},\"first_pass_mops\":{:.4},\"passes\":{},\"held_over_req\":{:.4},\"max_in_use_over_req\":{:.4},\"regions\":{},\"slow_per_alloc\":{:.5}}}",
-                    r.trace, r.threads, r.agg_mops, r.ns_per_op_thread, r.first_pass_mops, r.passes, r.held_over_req, r.max_in_use_over_req, r.extensions, r.slow_per_alloc
+                    "{{\"trace\":\"{}\",\"threads\":{},\"streams\":{},\"agg_mops\":{:.4},\"ns_per_op_thread\":{:.2},\"first_pass_mops\":{:.4},\"passes\":{},\"held_over_req\":{:.4},\"max_in_use_over_req\":{:.4},\"regions\":{},\"slow_per_alloc\":{:.5}}}",
+                    r.trace, r.threads, streams != Streams::None, r.agg_mops, r.ns_per_op_thread, r.first_pass_mops, r.passes, r.held_over_req, r.max_in_use_over_req, r.extensions, r.slow_per_alloc
                 )
                 .expect("write");
             }
