@@ -758,7 +758,8 @@ def run(a, result):
                 peak_allocated_is_since_process_start=True,
                 peak_requested_bytes_sampled=poller.max_requested,
                 held_at_end_bytes=end["held"] - base_alloc["held"],
-                regions=end["regions"], allocs=end["allocs"])
+                regions=end["regions"], allocs=end["allocs"],
+                shrinkages=end["shrinkages"])
     if a.via_wheel and arena is not None:
         import cuda_arena.torch
         torch.cuda.synchronize()

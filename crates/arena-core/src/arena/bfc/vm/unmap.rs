@@ -72,6 +72,11 @@ impl State {
     /// Unmaps wholly free pages (outside `keep`), highest addresses first, until `target`
     /// bytes are unmapped or none are left. Returns the runs unmapped and the first error
     /// (the pass stops there; what it unmapped stays unmapped).
+    ///
+    /// For the headroom, the pages that need no wait go first: only if they fall short does
+    /// a second pass wait for the consumer's own work on the rest (a thread that waits for
+    /// its stream stops feeding the device; ONNX Runtime's K = 4 sessions served 151.5
+    /// requests/s without the wait against 137.9 with it, on an H100 at e90306e).
     pub(super) fn vm_unmap_free(
         &mut self,
         vm: &dyn VirtualMemory,
@@ -79,8 +84,32 @@ impl State {
         target: u64,
         scan: Scan,
     ) -> (usize, Option<ArenaError>) {
+        if !matches!(scan, Scan::Headroom(_)) {
+            let (count, _, err) = self.vm_unmap_pass(vm, keep, target, scan, true);
+            return (count, err);
+        }
+        let (count, freed, err) = self.vm_unmap_pass(vm, keep, target, scan, false);
+        if err.is_some() || freed >= target {
+            return (count, err);
+        }
+        // The runs again: the first pass changed the chunks the old ones started at.
+        let (more, _, err) = self.vm_unmap_pass(vm, keep, target - freed, scan, true);
+        (count + more, err)
+    }
+
+    /// One pass of [`State::vm_unmap_free`]: with `may_wait` false, runs that only a wait
+    /// would make idle are passed over. Returns the runs and bytes unmapped and the first
+    /// error.
+    fn vm_unmap_pass(
+        &mut self,
+        vm: &dyn VirtualMemory,
+        keep: Keep,
+        target: u64,
+        scan: Scan,
+        may_wait: bool,
+    ) -> (usize, u64, Option<ArenaError>) {
         let Ok(page) = self.paged().map(Paged::page) else {
-            return (0, None);
+            return (0, 0, None);
         };
         let mut runs = self.vm_free_runs(keep, scan);
         // Highest addresses first: the fit packs low, so the top is likeliest to stay free.
@@ -108,6 +137,9 @@ impl State {
             // Waiting for the device only when a chunk's stream is not known past its free.
             let mut idle = self.vm_run_idle(first, start, start + take);
             if let Scan::Headroom(consumer) = scan {
+                if !idle && !may_wait {
+                    continue;
+                }
                 if !idle
                     && (self.hosted.any_incomplete()
                         || self.vm_run_has_host_chunks(first, start + take))
@@ -130,7 +162,7 @@ impl State {
                 vm.unmap(start, take)
             };
             if let Err(e) = unmapped {
-                return (count, Some(e));
+                return (count, freed, Some(e));
             }
             if !idle {
                 // The device was waited for: no work of before is left.
@@ -156,7 +188,7 @@ impl State {
             freed += take;
             count += 1;
         }
-        (count, None)
+        (count, freed, None)
     }
 
     /// For a run of wholly free pages `[lo, hi)` from chunk `first` that only `consumer`'s
