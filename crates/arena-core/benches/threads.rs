@@ -301,7 +301,8 @@ fn main() {
     let streams = match env_or("STREAMS", "1").as_str() {
         "0" => Streams::None,
         "own" => Streams::Own,
-        _ => Streams::Host,
+        "1" | "host" => Streams::Host,
+        other => panic!("STREAMS is 1 (host streams), own or 0, not {other:?}"),
     };
     let modes = env_or("MODES", "regions pages");
     let json = std::env::var("BENCH_JSON").ok();

@@ -84,7 +84,8 @@ impl State {
         target: u64,
         scan: Scan,
     ) -> (usize, Option<ArenaError>) {
-        if !matches!(scan, Scan::Headroom(_)) {
+        // Past unknown work no run is idle without a wait: one pass, as for the other scans.
+        if !matches!(scan, Scan::Headroom(_)) || self.unknown_work {
             let (count, _, err) = self.vm_unmap_pass(vm, keep, target, scan, true);
             return (count, err);
         }
