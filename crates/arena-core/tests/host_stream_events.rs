@@ -695,3 +695,46 @@ fn past_the_headroom_idle_pages_are_unmapped_before_a_streams_own_work_is_waited
     }
     a.check_invariants().expect("invariants");
 }
+
+/// Issue 25, PyTorch's one stream: a stream alone in its sub-arena unmaps its highest free
+/// pages first past the headroom, waiting for its own work on them, even where lower pages
+/// need no wait: the fit packs low, so the top pages stay free longest (with the idle pages
+/// first, BERT serving held 614 MiB in 2 of 13 runs on an H200 against 588).
+#[test]
+fn past_the_headroom_a_stream_alone_unmaps_its_highest_pages_first() {
+    let (a, vm, f, sim) = vm_setup_with_vm();
+    let s = f.get(S).expect("s");
+    // Low addresses: three pages of S, freed, and S's work on them known done.
+    let low: Vec<u64> = (0..3).map(|_| on(&a, &s, 2 * MIB)).collect();
+    let high: Vec<u64> = (0..10).map(|_| on(&a, &s, 2 * MIB)).collect();
+    for p in &low {
+        a.free(*p).expect("free on S");
+    }
+    let events = s.free_events().expect("S has events");
+    events.advance();
+    sim.finish(S);
+    events.advance();
+    // Above them every other page freed, S's work on them still queued.
+    for p in high.iter().skip(1).step_by(2) {
+        a.free(*p).expect("free on S");
+    }
+    let done = sim.completed(S);
+    let peak = a.stats().max_in_use;
+    let big = on(&a, &s, 8 * MIB);
+    assert!(a.stats().num_arena_shrinkages > 0, "pages were unmapped");
+    assert!(
+        vm.mapped_bytes() <= peak + peak / 50 + 2 * MIB,
+        "{} bytes mapped for a peak of {peak}",
+        vm.mapped_bytes()
+    );
+    assert!(
+        sim.completed(S) > done,
+        "S's highest free pages were passed over for the idle ones below"
+    );
+    assert_eq!(vm.synchronizations(), 0, "no wait for the whole device");
+    a.free(big).expect("free");
+    for p in high.iter().step_by(2) {
+        a.free(*p).expect("free");
+    }
+    a.check_invariants().expect("invariants");
+}
