@@ -656,6 +656,49 @@ fn past_the_headroom_a_streams_own_pending_frees_are_waited_for_and_unmapped() {
     a.check_invariants().expect("invariants");
 }
 
+/// Three pages of `low` (host stream number `low_id`) at the lowest addresses, freed, and
+/// `low`'s work on them known done; above them ten pages of `s`, every other one freed with
+/// `s`'s work on them still queued. Returns the ten pages.
+fn idle_pages_below_pending_ones(
+    a: &Arena<AddressSpaceAllocator>,
+    sim: &SimEvents,
+    (low, low_id): (&Stream, u64),
+    s: &Stream,
+) -> Vec<u64> {
+    let below: Vec<u64> = (0..3).map(|_| on(a, low, 2 * MIB)).collect();
+    let above: Vec<u64> = (0..10).map(|_| on(a, s, 2 * MIB)).collect();
+    for p in &below {
+        a.free(*p).expect("free");
+    }
+    let events = low.free_events().expect("a host stream with events");
+    events.advance();
+    sim.finish(low_id);
+    events.advance();
+    for p in above.iter().skip(1).step_by(2) {
+        a.free(*p).expect("free");
+    }
+    above
+}
+
+/// 8 MiB on `s`, which no free piece fits and whose pages pass the headroom: pages are
+/// unmapped, and the mapped bytes stay within the headroom over the peak. Returns it.
+fn past_the_headroom(
+    a: &Arena<AddressSpaceAllocator>,
+    vm: &cuda_arena_core::AddressSpaceVm,
+    s: &Stream,
+) -> u64 {
+    let peak = a.stats().max_in_use;
+    let big = on(a, s, 8 * MIB);
+    assert!(a.stats().num_arena_shrinkages > 0, "pages were unmapped");
+    assert!(
+        vm.mapped_bytes() <= peak + peak / 50 + 2 * MIB,
+        "{} bytes mapped for a peak of {peak}",
+        vm.mapped_bytes()
+    );
+    assert_eq!(vm.synchronizations(), 0, "no wait for the whole device");
+    big
+}
+
 /// Issue 25, K sessions on a thread pool: past the headroom, free pages that need no wait are
 /// unmapped before a stream's own pending frees are waited for. A thread that waits for its
 /// stream stops feeding the device (ONNX Runtime's K = 4 sessions served 10 % more requests a
@@ -664,31 +707,9 @@ fn past_the_headroom_a_streams_own_pending_frees_are_waited_for_and_unmapped() {
 fn past_the_headroom_idle_pages_are_unmapped_before_a_streams_own_work_is_waited_for() {
     let (a, vm, f, sim) = vm_setup_with_vm();
     let (s, t) = (f.get(S).expect("s"), f.get(T).expect("t"));
-    // Low addresses: three pages of T, freed, and T's work on them known done.
-    let low: Vec<u64> = (0..3).map(|_| on(&a, &t, 2 * MIB)).collect();
-    // Above them ten pages of S; every other one freed, S's work on them still queued.
-    let high: Vec<u64> = (0..10).map(|_| on(&a, &s, 2 * MIB)).collect();
-    for p in &low {
-        a.free(*p).expect("free on T");
-    }
-    let events = t.free_events().expect("T has events");
-    events.advance();
-    sim.finish(T);
-    events.advance();
-    for p in high.iter().skip(1).step_by(2) {
-        a.free(*p).expect("free on S");
-    }
-    let peak = a.stats().max_in_use;
-    // No free piece fits 8 MiB, and mapping what it needs passes the headroom.
-    let big = on(&a, &s, 8 * MIB);
-    assert!(a.stats().num_arena_shrinkages > 0, "pages were unmapped");
-    assert!(
-        vm.mapped_bytes() <= peak + peak / 50 + 2 * MIB,
-        "{} bytes mapped for a peak of {peak}",
-        vm.mapped_bytes()
-    );
+    let high = idle_pages_below_pending_ones(&a, &sim, (&t, T), &s);
+    let big = past_the_headroom(&a, &vm, &s);
     assert_eq!(sim.completed(S), 0, "S's work was waited for");
-    assert_eq!(vm.synchronizations(), 0, "no wait for the whole device");
     a.free(big).expect("free");
     for p in high.iter().step_by(2) {
         a.free(*p).expect("free");
@@ -704,34 +725,13 @@ fn past_the_headroom_idle_pages_are_unmapped_before_a_streams_own_work_is_waited
 fn past_the_headroom_a_stream_alone_unmaps_its_highest_pages_first() {
     let (a, vm, f, sim) = vm_setup_with_vm();
     let s = f.get(S).expect("s");
-    // Low addresses: three pages of S, freed, and S's work on them known done.
-    let low: Vec<u64> = (0..3).map(|_| on(&a, &s, 2 * MIB)).collect();
-    let high: Vec<u64> = (0..10).map(|_| on(&a, &s, 2 * MIB)).collect();
-    for p in &low {
-        a.free(*p).expect("free on S");
-    }
-    let events = s.free_events().expect("S has events");
-    events.advance();
-    sim.finish(S);
-    events.advance();
-    // Above them every other page freed, S's work on them still queued.
-    for p in high.iter().skip(1).step_by(2) {
-        a.free(*p).expect("free on S");
-    }
+    let high = idle_pages_below_pending_ones(&a, &sim, (&s, S), &s);
     let done = sim.completed(S);
-    let peak = a.stats().max_in_use;
-    let big = on(&a, &s, 8 * MIB);
-    assert!(a.stats().num_arena_shrinkages > 0, "pages were unmapped");
-    assert!(
-        vm.mapped_bytes() <= peak + peak / 50 + 2 * MIB,
-        "{} bytes mapped for a peak of {peak}",
-        vm.mapped_bytes()
-    );
+    let big = past_the_headroom(&a, &vm, &s);
     assert!(
         sim.completed(S) > done,
         "S's highest free pages were passed over for the idle ones below"
     );
-    assert_eq!(vm.synchronizations(), 0, "no wait for the whole device");
     a.free(big).expect("free");
     for p in high.iter().step_by(2) {
         a.free(*p).expect("free");
