@@ -25,7 +25,7 @@
 //! `LOG=1` (each arena's regions or mapped extents and stats at the end, on stderr),
 //! `CONF="k=v,..."` (config keys for the virtual-memory mode's arenas), `PRIVATE=1` (each
 //! thread its own arena: what the machine gives threads that share nothing, the ceiling for
-//! the shared arena's scaling).
+//! the shared arena's scaling; held/req, MaxInUse/req, regions and slow path then sum them).
 //! `BENCH_JSON=path` appends one JSON object per row.
 
 use cuda_arena_core::trace::synthetic::named_trace;
@@ -123,6 +123,8 @@ struct Case {
     streams: Streams,
     /// Virtual-memory mode.
     pages: bool,
+    /// Each thread an arena of its own.
+    private: bool,
 }
 
 /// The streams the threads allocate on.
@@ -137,6 +139,17 @@ enum Streams {
     /// cuda-arena's own streams (`Stream::new`): ONNX Runtime's sync-id rule, no events, so
     /// a chunk one thread's stream freed serves another only after a reset.
     Own,
+}
+
+impl Streams {
+    /// The `STREAMS` value that picks it.
+    fn name(self) -> &'static str {
+        match self {
+            Streams::None => "0",
+            Streams::Host => "1",
+            Streams::Own => "own",
+        }
+    }
 }
 
 fn run(case: &Case, threads: usize) -> Row {
@@ -154,12 +167,11 @@ fn run(case: &Case, threads: usize) -> Row {
             Arena::new(AddressSpaceAllocator::default(), ArenaConfig::default()).expect("arena")
         })
     };
-    // One arena for all, or (`PRIVATE`) one each.
-    let shared = make();
-    let arenas: Vec<_> = if std::env::var("PRIVATE").is_ok() {
+    // One arena for all, or (`PRIVATE=1`) one each.
+    let arenas: Vec<_> = if case.private {
         (0..threads).map(|_| make()).collect()
     } else {
-        vec![shared; threads]
+        vec![make(); threads]
     };
     let slow = || arenas.iter().map(|a| a.slow_allocations()).sum::<u64>();
     let start = Arc::new(Barrier::new(threads + 1));
@@ -176,6 +188,7 @@ fn run(case: &Case, threads: usize) -> Row {
         budget_s,
         streams,
         pages,
+        ..
     } = *case;
     let handles: Vec<_> = (0..threads)
         .map(|t| {
@@ -193,7 +206,11 @@ fn run(case: &Case, threads: usize) -> Row {
                 let mut slots = vec![0u64; n_slots];
                 let stream = match streams {
                     Streams::None => None,
-                    Streams::Host => Some(host_streams.get(t as u64 + 1).expect("a handle")),
+                    // Handles past the legacy and per-thread default streams' (1, 2), as a
+                    // `CUstream` is.
+                    Streams::Host => {
+                        Some(host_streams.get(0x10_0000 + t as u64).expect("a handle"))
+                    }
                     Streams::Own => Some(Stream::new()),
                 };
                 loop {
@@ -234,6 +251,7 @@ fn run(case: &Case, threads: usize) -> Row {
     }
     let arena = &arenas[0];
     let mut stats = arena.stats();
+    let mut rebalances = arena.quota_rebalances();
     // Private arenas: their sums (MaxInUse so is the sum of each one's peak).
     for a in &arenas[1..] {
         if !Arc::ptr_eq(a, arena) {
@@ -241,11 +259,12 @@ fn run(case: &Case, threads: usize) -> Row {
             stats.total_allocated += s.total_allocated;
             stats.max_in_use += s.max_in_use;
             stats.num_arena_extensions += s.num_arena_extensions;
+            rebalances += a.quota_rebalances();
         }
     }
     let allocs_per_pass = (threads * ops.iter().filter(|op| op.0).count()) as f64;
     let slow_per_alloc = (slow() - slow_before) as f64 / (walls.len() as f64 * allocs_per_pass);
-    // `LOG=1`: each mapped extent or region at the end, and the stats.
+    // `LOG=1`: each mapped extent or region at the end, and the stats (the first arena's).
     if std::env::var("LOG").is_ok() {
         let log = arena.memory_log();
         for r in &log.regions {
@@ -283,7 +302,7 @@ fn run(case: &Case, threads: usize) -> Row {
         held_over_req: stats.total_allocated as f64 / req,
         max_in_use_over_req: stats.max_in_use as f64 / req,
         extensions: stats.num_arena_extensions,
-        rebalances: arena.quota_rebalances(),
+        rebalances,
         slow_per_alloc,
     }
 }
@@ -303,6 +322,11 @@ fn main() {
         "own" => Streams::Own,
         "1" | "host" => Streams::Host,
         other => panic!("STREAMS is 1 (host streams), own or 0, not {other:?}"),
+    };
+    let private = match env_or("PRIVATE", "0").as_str() {
+        "0" => false,
+        "1" => true,
+        other => panic!("PRIVATE is 0 or 1, not {other:?}"),
     };
     let modes = env_or("MODES", "regions pages");
     let json = std::env::var("BENCH_JSON").ok();
@@ -333,6 +357,7 @@ fn main() {
             budget_s,
             streams,
             pages,
+            private,
         };
         let mut base = None;
         for &n in &threads {
@@ -361,8 +386,8 @@ fn main() {
                     .expect("BENCH_JSON");
                 writeln!(
                     f,
-                    "{{\"trace\":\"{}\",\"threads\":{},\"streams\":{},\"agg_mops\":{:.4},\"ns_per_op_thread\":{:.2},\"first_pass_mops\":{:.4},\"passes\":{},\"held_over_req\":{:.4},\"max_in_use_over_req\":{:.4},\"regions\":{},\"slow_per_alloc\":{:.5}}}",
-                    r.trace, r.threads, streams != Streams::None, r.agg_mops, r.ns_per_op_thread, r.first_pass_mops, r.passes, r.held_over_req, r.max_in_use_over_req, r.extensions, r.slow_per_alloc
+                    "{{\"trace\":\"{}\",\"threads\":{},\"streams\":\"{}\",\"agg_mops\":{:.4},\"ns_per_op_thread\":{:.2},\"first_pass_mops\":{:.4},\"passes\":{},\"held_over_req\":{:.4},\"max_in_use_over_req\":{:.4},\"regions\":{},\"slow_per_alloc\":{:.5}}}",
+                    r.trace, r.threads, streams.name(), r.agg_mops, r.ns_per_op_thread, r.first_pass_mops, r.passes, r.held_over_req, r.max_in_use_over_req, r.extensions, r.slow_per_alloc
                 )
                 .expect("write");
             }
