@@ -77,3 +77,57 @@ fn the_bin_summary_adds_up_to_the_chunks() {
     assert_eq!(requested, 300 + 5000 + 70_000);
     assert!(log.bins.windows(2).all(|w| w[0].bin_size < w[1].bin_size));
 }
+
+/// Every chunk start of `a`'s memory log: the arena's run from it is the log's.
+fn assert_runs_are_the_logs(a: &dyn Allocator, when: &str) {
+    let log = a.memory_log();
+    let mut starts = 0;
+    for c in log.regions.iter().flat_map(|r| &r.chunks) {
+        assert_eq!(
+            a.chunks_from(c.addr),
+            log.chunks_from(c.addr),
+            "the run from {:#x} {when}",
+            c.addr
+        );
+        starts += 1;
+        if c.size > 256 {
+            assert_eq!(a.chunks_from(c.addr + 256), None, "inside a chunk {when}");
+        }
+    }
+    assert!(starts > 0, "the log has chunks {when}");
+}
+
+#[test]
+fn an_arenas_run_of_chunks_from_an_address_is_its_memory_logs_in_every_mode() {
+    let streams: Vec<Stream> = (0..3).map(|_| Stream::new()).collect();
+    let region = virtual_arena(&[("arena.extend_strategy", "1")]);
+    let paged = virtual_vm_arena(&[("arena.vm_unmap_threshold_bytes", "0")]);
+    for (mode, a) in [("regions", &region), ("pages", &paged)] {
+        let mut rng = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move |n: u64| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % n
+        };
+        let mut live = Vec::new();
+        for op in 0..2000 {
+            if live.is_empty() || next(5) < 3 {
+                let size = 256 + next(4 * MIB);
+                let stream = next(4) as usize;
+                let addr = match streams.get(stream) {
+                    Some(s) => a.alloc_on_stream(size, s),
+                    None => a.alloc(size),
+                };
+                live.push(addr.expect("fits").expect("non-zero"));
+            } else {
+                let at = next(live.len() as u64) as usize;
+                a.free(live.swap_remove(at)).expect("frees");
+            }
+            if op % 50 == 0 {
+                assert_runs_are_the_logs(a, &format!("in {mode} after op {op}"));
+            }
+        }
+        assert_eq!(a.chunks_from(1), None, "no chunk starts at 1 ({mode})");
+    }
+}

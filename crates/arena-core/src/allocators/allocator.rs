@@ -6,7 +6,7 @@ use crate::raw::RawAllocator;
 use crate::streams::stream::Stream;
 use crate::types::error::{ArenaError, Result};
 use crate::types::memory_info::MemoryInfo;
-use crate::types::memory_log::MemoryLog;
+use crate::types::memory_log::{ChunkLog, MemoryLog};
 use crate::types::recording_summary::RecordingSummary;
 use crate::types::stats::AllocatorStats;
 use parking_lot::Mutex;
@@ -63,12 +63,14 @@ pub trait Allocator: Send + Sync + std::fmt::Debug {
         false
     }
 
-    /// Whether a free chunk of no stream merges with a free neighbour of a stream, which then
-    /// owns both (the arena's virtual-memory mode); otherwise only free chunks of one stream
-    /// merge (ONNX Runtime's rule). What a picture of the allocator's memory
-    /// (`trace::picture`) follows: it asks, rather than guess from a configuration.
-    fn merges_unassigned_chunks(&self) -> bool {
-        false
+    /// The run of chunks that starts at `addr`, as [`Allocator::memory_log`] shows them: that
+    /// chunk, the free chunks after it, and the first in-use chunk after those, within the
+    /// log's region that holds it ([`MemoryLog::chunks_from`]); `None` when no chunk starts at
+    /// `addr`. What a picture of the allocator's memory (`trace::picture`) reads after each
+    /// operation to follow splits and merges, instead of repeating the allocator's rules. The
+    /// default reads the whole memory log; an arena answers from the chunks themselves.
+    fn chunks_from(&self, addr: u64) -> Option<Vec<ChunkLog>> {
+        self.memory_log().chunks_from(addr)
     }
 
     /// Returns cached memory that is wholly free to the raw allocator.

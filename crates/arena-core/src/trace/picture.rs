@@ -6,16 +6,17 @@
 //! Allocations come from what the replay's calls returned, regions and held bytes from the
 //! allocator's own stats and memory log (read again whenever the bytes held change, which is
 //! how regions come and go). Free chunks are what a region's bytes outside the in-use chunks
-//! are; those a stream owns are followed between memory-log reads by a mirror of the memory
-//! log's chunks, which the replay checks against the allocator's memory log at evenly spaced
-//! states and at every state asked for ([`PictureOptions`]): a state where they differ is
-//! counted and the mirror is read again from the allocator.
+//! are; those a stream owns are followed between memory-log reads by asking the allocator,
+//! after each allocation and free, for the chunks around it ([`Allocator::chunks_from`]):
+//! the picture knows no rule of the arena's. The replay checks what it follows against the
+//! allocator's memory log at evenly spaced states and at every state asked for
+//! ([`PictureOptions`]): a state where they differ is counted and the chunks are read again.
 
 use super::{ReplayObserver, Replayed, TraceStreams};
 use crate::allocators::allocator::Allocator;
 use crate::streams::stream::StreamId;
 use crate::types::error::Result;
-use crate::types::memory_log::MemoryLog;
+use crate::types::memory_log::{ChunkLog, MemoryLog};
 use std::collections::{BTreeMap, HashMap};
 
 /// One allocation (or reserve) of the trace, in trace order.
@@ -142,9 +143,6 @@ pub struct PictureRecorder {
     open_regions: Vec<usize>,
     /// What the last stats read said: bytes held, extensions, shrinkages.
     last: (u64, u64, u64),
-    /// The allocator merges a free chunk of no stream with a stream's free neighbour
-    /// ([`Allocator::merges_unassigned_chunks`], asked at the start).
-    merge_unassigned: bool,
 }
 
 impl PictureRecorder {
@@ -161,7 +159,6 @@ impl PictureRecorder {
             chunks: BTreeMap::new(),
             open_regions: Vec::new(),
             last: (0, 0, 0),
-            merge_unassigned: false,
         }
     }
 
@@ -353,93 +350,95 @@ impl PictureRecorder {
         }
     }
 
-    /// The chunk at `addr` of `size` bytes was handed out on stream `tag` (0: none). False
-    /// when the mirror has no free chunk there that holds it.
-    fn taken(&mut self, addr: u64, size: u64, tag: StreamId, state: u64) -> bool {
-        let Some((&base, &free)) = self.chunks.range(..=addr).next_back() else {
+    /// After an operation at `addr` (an allocation there, or the free of the chunk there):
+    /// reads from the allocator the chunks from the last in-use chunk below `addr` in its
+    /// region (or the region's first chunk) through the first in-use chunk past `addr`, and
+    /// takes them in place of the mirror's, so splits and merges are the allocator's own. False
+    /// when the mirror has no chunk holding `addr`, the allocator no chunk where the mirror
+    /// has one, or their chunks part at the end of that stretch.
+    fn follow(&mut self, addr: u64, state: u64, allocator: &dyn Allocator) -> bool {
+        let Some((&at, &holder)) = self.chunks.range(..=addr).next_back() else {
             return false;
         };
-        if free.in_use || base + free.size < addr + size {
+        if addr - at >= holder.size {
             return false;
         }
-        self.chunks.remove(&base);
-        self.ended(base, &free, state);
-        let rest = |size| Chunk {
-            size,
-            in_use: false,
-            born: state,
-            ..free
+        let region = holder.region;
+        let mut anchor = at;
+        for (&a, c) in self.chunks.range(..addr).rev() {
+            if c.region != region {
+                break;
+            }
+            anchor = a;
+            if c.in_use {
+                break;
+            }
+        }
+        let mut fresh = Vec::new();
+        let mut from = anchor;
+        loop {
+            let Some(run) = allocator.chunks_from(from) else {
+                return false;
+            };
+            let ends_at_addr = run.last().is_some_and(|c| c.in_use && c.addr == addr);
+            // The run from `addr` starts with the chunk this one ended with.
+            fresh.pop_if(|c: &mut ChunkLog| c.addr == from);
+            fresh.extend(run);
+            if !ends_at_addr || from == addr {
+                break;
+            }
+            from = addr;
+        }
+        let Some(end) = fresh.last().map(|c| c.addr + c.size) else {
+            return false;
         };
-        if addr > base {
-            self.chunks.insert(base, rest(addr - base));
+        let old: Vec<(u64, Chunk)> = self
+            .chunks
+            .range(anchor..end)
+            .map(|(&a, &c)| (a, c))
+            .collect();
+        if old.last().is_some_and(|(a, c)| a + c.size != end) {
+            return false;
         }
-        let end = addr + size;
-        if end < base + free.size {
-            self.chunks.insert(end, rest(base + free.size - end));
-        }
-        // As the arena does: a chunk taken without a stream keeps its tag.
-        let tag = if tag != 0 { tag } else { free.tag };
-        self.chunks.insert(
-            addr,
-            Chunk {
-                size,
-                in_use: true,
-                tag,
-                region: free.region,
+        let mut old = old.into_iter().peekable();
+        for c in fresh {
+            let chunk = Chunk {
+                size: c.size,
+                in_use: c.in_use,
+                tag: c.stream.unwrap_or(0),
+                region,
                 born: state,
-            },
-        );
-        true
-    }
-
-    /// Whether free chunk `a` and the free chunk `b` next to it merge, as the arena merges
-    /// them: in one region, of one stream (or, where the allocator says so, one of no stream).
-    fn mergeable(&self, a: &Chunk, b: &Chunk) -> bool {
-        !a.in_use
-            && !b.in_use
-            && a.region == b.region
-            && (a.tag == b.tag || self.merge_unassigned && (a.tag == 0 || b.tag == 0))
-    }
-
-    /// The in-use chunk at `addr` was freed: it merges with the free chunk above, then with
-    /// the one below, as the arena does. False when the mirror has no in-use chunk there.
-    fn released(&mut self, addr: u64, state: u64) -> bool {
-        let Some(mut c) = self.chunks.get(&addr).copied().filter(|c| c.in_use) else {
-            return false;
-        };
-        c.in_use = false;
-        c.born = state;
-        let mut start = addr;
-        if let Some(next) = self.chunks.get(&(addr + c.size)).copied() {
-            if self.mergeable(&c, &next) {
-                self.chunks.remove(&(addr + c.size));
-                self.ended(addr + c.size, &next, state);
-                c.size += next.size;
-                if c.tag == 0 {
-                    c.tag = next.tag;
+            };
+            while let Some((a, o)) = old.next_if(|&(a, _)| a < c.addr) {
+                self.chunks.remove(&a);
+                self.ended(a, &o, state);
+            }
+            match old.next_if(|&(a, _)| a == c.addr) {
+                // Unchanged: it keeps its record.
+                Some((_, o))
+                    if (Chunk {
+                        born: o.born,
+                        ..chunk
+                    }) == o => {}
+                Some((a, o)) => {
+                    self.ended(a, &o, state);
+                    self.chunks.insert(c.addr, chunk);
+                }
+                None => {
+                    self.chunks.insert(c.addr, chunk);
                 }
             }
         }
-        if let Some((&p, &prev)) = self.chunks.range(..addr).next_back() {
-            if p + prev.size == addr && self.mergeable(&prev, &c) {
-                self.chunks.remove(&p);
-                self.ended(p, &prev, state);
-                start = p;
-                c.size += prev.size;
-                if prev.tag != 0 {
-                    c.tag = prev.tag;
-                }
-            }
+        for (a, o) in old {
+            self.chunks.remove(&a);
+            self.ended(a, &o, state);
         }
-        self.chunks.remove(&addr);
-        self.chunks.insert(start, c);
         true
     }
 }
 
 impl ReplayObserver for PictureRecorder {
     fn start(&mut self, allocator: &dyn Allocator, streams: &TraceStreams) -> Result<()> {
-        self.merge_unassigned = allocator.merges_unassigned_chunks();
         for &(number, ref stream) in &streams.streams {
             self.ids.insert(number, stream.id());
             self.numbers.insert(stream.id(), number);
@@ -487,8 +486,7 @@ impl ReplayObserver for PictureRecorder {
                 }
                 self.slots[slot] = record;
                 if follow && chunk > 0 && !reserve {
-                    let tag = self.ids.get(&stream).copied().unwrap_or(0);
-                    lost = !self.taken(addr, chunk, tag, state);
+                    lost = !self.follow(addr, state, allocator);
                 }
             }
             Replayed::Free { slot, addr } => {
@@ -499,7 +497,7 @@ impl ReplayObserver for PictureRecorder {
                 {
                     a.died = Some(state);
                     if follow && a.size > 0 && !a.reserve {
-                        lost = !self.released(addr, state);
+                        lost = !self.follow(addr, state, allocator);
                     }
                 }
             }
@@ -788,8 +786,10 @@ mod tests {
         );
     }
 
-    /// Forwards to a recorder, and at op 100 makes its mirror wrong.
-    struct Spoiler(PictureRecorder);
+    /// Forwards to a recorder, and at the first op from 100 on where it can, makes its mirror
+    /// wrong: the tag of a free chunk that an in-use chunk parts from the op's address, so
+    /// following the op leaves it be. Keeps the index of that op.
+    struct Spoiler(PictureRecorder, Option<u64>);
 
     impl ReplayObserver for Spoiler {
         fn start(&mut self, allocator: &dyn Allocator, streams: &TraceStreams) -> Result<()> {
@@ -797,9 +797,24 @@ mod tests {
         }
 
         fn replayed(&mut self, index: u64, what: Replayed, a: &dyn Allocator) -> Result<()> {
-            if index == 100 {
-                if let Some(c) = self.0.chunks.values_mut().find(|c| !c.in_use) {
+            let at = match what {
+                Replayed::Alloc { addr, .. } => addr.unwrap_or(0),
+                Replayed::Free { addr, .. } => addr,
+                Replayed::Nothing => 0,
+            };
+            if index >= 100 && self.1.is_none() {
+                let chunks = &self.0.chunks;
+                let apart = |free: u64| {
+                    let (lo, hi) = (free.min(at), free.max(at));
+                    hi > lo + 1 && chunks.range(lo + 1..hi).any(|(&b, c)| c.in_use && b != at)
+                };
+                let spoilt = chunks
+                    .iter()
+                    .find(|(&b, c)| !c.in_use && apart(b))
+                    .map(|(&b, _)| b);
+                if let Some(c) = spoilt.and_then(|b| self.0.chunks.get_mut(&b)) {
                     c.tag = 12345;
+                    self.1 = Some(index);
                 }
             }
             self.0.replayed(index, what, a)
@@ -810,11 +825,14 @@ mod tests {
     fn a_mirror_that_goes_wrong_is_counted_and_read_again_from_the_memory_log() {
         let a = arena(&[]);
         let trace = streamed_trace(1000, 0, 4);
-        let mut spoiler = Spoiler(PictureRecorder::new(PictureOptions {
-            layout: true,
-            memory_logs_at: (0..=trace.len() as u64).collect(),
-            check_every: 1,
-        }));
+        let mut spoiler = Spoiler(
+            PictureRecorder::new(PictureOptions {
+                layout: true,
+                memory_logs_at: (0..=trace.len() as u64).collect(),
+                check_every: 1,
+            }),
+            None,
+        );
         replay_with(
             &a,
             &trace,
@@ -825,10 +843,11 @@ mod tests {
             },
         )
         .expect("replays");
+        let caught = spoiler.1.expect("a chunk to spoil") + 1;
         let p = spoiler.0.finish();
-        assert_eq!((p.mismatches, &p.mismatched_at[..]), (1, &[101][..]));
+        assert_eq!((p.mismatches, &p.mismatched_at[..]), (1, &[caught][..]));
         // From the check that caught it on, the picture is the log again.
-        for (state, log) in p.memory_logs.iter().filter(|(s, _)| *s >= 101) {
+        for (state, log) in p.memory_logs.iter().filter(|(s, _)| *s >= caught) {
             assert_eq!(
                 p.chunks_at(*state),
                 log_chunks(log),

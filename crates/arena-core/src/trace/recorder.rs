@@ -34,7 +34,7 @@ use crate::trace::trace_format::write_op;
 use crate::trace::{TraceOp, MAX_TRACE_STREAMS};
 use crate::types::error::{ArenaError, Result};
 use crate::types::memory_info::MemoryInfo;
-use crate::types::memory_log::MemoryLog;
+use crate::types::memory_log::{ChunkLog, MemoryLog};
 use crate::types::stats::AllocatorStats;
 use parking_lot::Mutex;
 use std::cmp::Reverse;
@@ -663,8 +663,8 @@ impl<A: Allocator + ?Sized> Allocator for RecordingAllocator<A> {
         self.inner.can_shrink()
     }
 
-    fn merges_unassigned_chunks(&self) -> bool {
-        self.inner.merges_unassigned_chunks()
+    fn chunks_from(&self, addr: u64) -> Option<Vec<ChunkLog>> {
+        self.inner.chunks_from(addr)
     }
 
     fn shrink(&self) -> Result<()> {

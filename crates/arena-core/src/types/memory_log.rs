@@ -99,4 +99,21 @@ impl MemoryLog {
             .map(|c| (c.addr, c.size, c.requested_size))
             .collect()
     }
+
+    /// The run of chunks that starts at `addr`: that chunk, the free chunks after it, and the
+    /// first in-use chunk after those, within its region; `None` when no chunk starts at
+    /// `addr`. What [`crate::Allocator::chunks_from`] answers.
+    pub fn chunks_from(&self, addr: u64) -> Option<Vec<ChunkLog>> {
+        let r = self
+            .regions
+            .iter()
+            .find(|r| addr >= r.base && addr - r.base < r.size)?;
+        let first = r.chunks.iter().position(|c| c.addr == addr)?;
+        let rest = &r.chunks[first + 1..];
+        let end = rest
+            .iter()
+            .position(|c| c.in_use)
+            .map_or(rest.len(), |i| i + 1);
+        Some(r.chunks[first..first + 1 + end].to_vec())
+    }
 }

@@ -174,9 +174,10 @@ impl<R: RawAllocator> Allocator for Arena<R> {
         true
     }
 
-    fn merges_unassigned_chunks(&self) -> bool {
-        // Set with the pages (`Arena::with_virtual_memory`), for every sub-arena.
-        self.vm.is_some()
+    fn chunks_from(&self, addr: u64) -> Option<Vec<ChunkLog>> {
+        let sub = self.subs.get(self.subs.directory.owner(addr)? as usize)?;
+        let st = sub.lock();
+        st.chunks_from(addr)
     }
 
     fn shrink(&self) -> Result<()> {

@@ -20,15 +20,7 @@ impl State {
                 let mut id = r.first_chunk;
                 while id != NIL {
                     let c = self.chunks.get(id);
-                    chunks.push(ChunkLog {
-                        addr: c.addr,
-                        size: c.size,
-                        requested_size: c.requested_size,
-                        in_use: c.in_use,
-                        stream: (c.stream != 0).then_some(c.stream),
-                        sync_id: c.sync_id,
-                        alloc_id: c.in_use.then_some(c.alloc_id),
-                    });
+                    chunks.push(chunk_log(c));
                     id = c.next;
                 }
                 RegionLog {
@@ -39,6 +31,44 @@ impl State {
                 }
             })
             .collect()
+    }
+
+    /// The run of chunks the memory log shows from the chunk that starts at `addr`: that
+    /// chunk, the free chunks after it and the first in-use one after those, within the log's
+    /// region ([`MemoryLog::chunks_from`]); an unmapped chunk (virtual-memory mode) ends a
+    /// log region. `None` when no chunk the log shows starts at `addr`.
+    pub(crate) fn chunks_from(&self, addr: u64) -> Option<Vec<ChunkLog>> {
+        let mut id = match self.live.get(addr) {
+            Some(id) => id,
+            None => self.free_chunk_at(addr)?,
+        };
+        let mut run = Vec::new();
+        while id != NIL {
+            let c = self.chunks.get(id);
+            if c.stream == vm::UNMAPPED {
+                break;
+            }
+            run.push(chunk_log(c));
+            if c.in_use && run.len() > 1 {
+                break;
+            }
+            id = c.next;
+        }
+        (!run.is_empty()).then_some(run)
+    }
+
+    /// The free chunk that starts at `addr`: a walk along its region's chunks (free chunks
+    /// are indexed by size, not address).
+    fn free_chunk_at(&self, addr: u64) -> Option<u32> {
+        let mut id = self.regions.get(self.regions.find(addr)?).first_chunk;
+        while id != NIL {
+            let c = self.chunks.get(id);
+            if c.addr >= addr {
+                return (c.addr == addr && !c.in_use).then_some(id);
+            }
+            id = c.next;
+        }
+        None
     }
 
     pub(super) fn log_with(&self, regions: Vec<RegionLog>) -> MemoryLog {
@@ -213,5 +243,18 @@ impl State {
             }
         }
         Ok(())
+    }
+}
+
+/// What the memory log says of chunk `c`.
+pub(super) fn chunk_log(c: &Chunk) -> ChunkLog {
+    ChunkLog {
+        addr: c.addr,
+        size: c.size,
+        requested_size: c.requested_size,
+        in_use: c.in_use,
+        stream: (c.stream != 0).then_some(c.stream),
+        sync_id: c.sync_id,
+        alloc_id: c.in_use.then_some(c.alloc_id),
     }
 }

@@ -40,7 +40,7 @@ use crate::arena::pages::{PageTable, MAX_RANGE_PAGES};
 use crate::raw::VirtualMemory;
 use crate::types::config::{keys, ArenaConfig};
 use crate::types::error::{ArenaError, Result};
-use crate::types::memory_log::{ChunkLog, RegionLog};
+use crate::types::memory_log::RegionLog;
 
 /// The stream tag of unmapped free chunks: no stream is ever given it (stream ids count up
 /// from 1), so no stream takes them and they merge only with each other.

@@ -27,15 +27,7 @@ impl State {
                         chunks: Vec::new(),
                     });
                     e.size += c.size;
-                    e.chunks.push(ChunkLog {
-                        addr: c.addr,
-                        size: c.size,
-                        requested_size: c.requested_size,
-                        in_use: c.in_use,
-                        stream: (c.stream != 0).then_some(c.stream),
-                        sync_id: c.sync_id,
-                        alloc_id: c.in_use.then_some(c.alloc_id),
-                    });
+                    e.chunks.push(crate::arena::bfc::inspect::chunk_log(c));
                 }
                 id = c.next;
             }
