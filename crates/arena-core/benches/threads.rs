@@ -108,6 +108,8 @@ struct Row {
     max_in_use_over_req: f64,
     extensions: u64,
     rebalances: u64,
+    /// Of which moved quota without waiting for a sub-arena another thread held.
+    rebalances_in_part: u64,
     /// Allocations of the timed passes that left the common path, per allocation.
     slow_per_alloc: f64,
 }
@@ -252,6 +254,7 @@ fn run(case: &Case, threads: usize) -> Row {
     let arena = &arenas[0];
     let mut stats = arena.stats();
     let mut rebalances = arena.quota_rebalances();
+    let mut in_part = arena.quota_rebalances_in_part();
     // Private arenas: their sums (MaxInUse so is the sum of each one's peak).
     for a in &arenas[1..] {
         if !Arc::ptr_eq(a, arena) {
@@ -260,6 +263,7 @@ fn run(case: &Case, threads: usize) -> Row {
             stats.max_in_use += s.max_in_use;
             stats.num_arena_extensions += s.num_arena_extensions;
             rebalances += a.quota_rebalances();
+            in_part += a.quota_rebalances_in_part();
         }
     }
     let allocs_per_pass = (threads * ops.iter().filter(|op| op.0).count()) as f64;
@@ -303,6 +307,7 @@ fn run(case: &Case, threads: usize) -> Row {
         max_in_use_over_req: stats.max_in_use as f64 / req,
         extensions: stats.num_arena_extensions,
         rebalances,
+        rebalances_in_part: in_part,
         slow_per_alloc,
     }
 }
@@ -338,7 +343,7 @@ fn main() {
             Streams::None => "no streams",
         }
     );
-    println!("| trace | threads | agg Mops/s | vs 1 thread | ns/op/thread | pass 0 Mops/s | passes | held/req | MaxInUse/req | regions | quota rebalances | slow path / alloc |");
+    println!("| trace | threads | agg Mops/s | vs 1 thread | ns/op/thread | pass 0 Mops/s | passes | held/req | MaxInUse/req | regions | quota rebalances (in part) | slow path / alloc |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let cases = traces.split_whitespace().flat_map(|kind| {
         modes
@@ -364,7 +369,7 @@ fn main() {
             let r = run(&case, n);
             let one = *base.get_or_insert(r.agg_mops);
             println!(
-                "| {} | {} | {:.3} | {:.2}x | {:.1} | {:.3} | {} | {:.3} | {:.3} | {} | {} | {:.4} |",
+                "| {} | {} | {:.3} | {:.2}x | {:.1} | {:.3} | {} | {:.3} | {:.3} | {} | {} ({}) | {:.4} |",
                 r.trace,
                 r.threads,
                 r.agg_mops,
@@ -376,6 +381,7 @@ fn main() {
                 r.max_in_use_over_req,
                 r.extensions,
                 r.rebalances,
+                r.rebalances_in_part,
                 r.slow_per_alloc
             );
             if let Some(path) = &json {
@@ -386,8 +392,8 @@ fn main() {
                     .expect("BENCH_JSON");
                 writeln!(
                     f,
-                    "{{\"trace\":\"{}\",\"threads\":{},\"streams\":\"{}\",\"agg_mops\":{:.4},\"ns_per_op_thread\":{:.2},\"first_pass_mops\":{:.4},\"passes\":{},\"held_over_req\":{:.4},\"max_in_use_over_req\":{:.4},\"regions\":{},\"slow_per_alloc\":{:.5}}}",
-                    r.trace, r.threads, streams.name(), r.agg_mops, r.ns_per_op_thread, r.first_pass_mops, r.passes, r.held_over_req, r.max_in_use_over_req, r.extensions, r.slow_per_alloc
+                    "{{\"trace\":\"{}\",\"threads\":{},\"streams\":\"{}\",\"agg_mops\":{:.4},\"ns_per_op_thread\":{:.2},\"first_pass_mops\":{:.4},\"passes\":{},\"held_over_req\":{:.4},\"max_in_use_over_req\":{:.4},\"regions\":{},\"rebalances\":{},\"rebalances_in_part\":{},\"slow_per_alloc\":{:.5}}}",
+                    r.trace, r.threads, streams.name(), r.agg_mops, r.ns_per_op_thread, r.first_pass_mops, r.passes, r.held_over_req, r.max_in_use_over_req, r.extensions, r.rebalances, r.rebalances_in_part, r.slow_per_alloc
                 )
                 .expect("write");
             }

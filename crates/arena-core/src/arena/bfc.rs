@@ -302,6 +302,12 @@ impl<R: RawAllocator> Arena<R> {
         self.subs.global().ledger.rebalances
     }
 
+    /// Of [`Arena::quota_rebalances`], those that moved quota among the sub-arenas at hand
+    /// without waiting for one another thread held.
+    pub fn quota_rebalances_in_part(&self) -> u64 {
+        self.subs.global().ledger.rebalances_in_part
+    }
+
     /// How many allocations left the common path (no free chunk of the thread's sub-arena
     /// served, or the quota needed a rebalance): each takes the global lock, and in
     /// virtual-memory mode may map pages. For benchmarks and tests.

@@ -22,6 +22,14 @@
 //! has needed before (its own peak above its current use), any rest to the one that asked.
 //! Frees only lower a sub-arena's use and touch no quota.
 //!
+//! A rebalance first takes, without waiting, the locks of the other sub-arenas with a quota.
+//! When some are held by their threads (which, with more threads than cores, may be off their
+//! cores mid-allocation, so waiting for them costs a time slice) and the quota the ones at
+//! hand leave unused covers the charge, that quota moves among them and the asker; the busy
+//! ones keep theirs. The sum of quotas and `MaxInUse` stay, and no use passes its quota, so
+//! the arena's `InUse` still cannot pass `MaxInUse` unseen. Only a new maximum, or unused
+//! quota held by busy sub-arenas alone, waits for them.
+//!
 //! Lock order: the global lock before any sub-arena lock. A thread holding a sub-arena lock
 //! never waits for the global lock (it tries once; on failure it lets go of its sub-arena, takes
 //! the global lock, and starts over), and only the global lock's holder waits for a second
@@ -57,6 +65,8 @@ pub(crate) struct InUseQuotas {
     pub(crate) quotas: Vec<u64>,
     /// Rebalances so far (for benchmarks and tests).
     pub(crate) rebalances: u64,
+    /// Of which moved quota among the sub-arenas at hand, without waiting for busy ones.
+    pub(crate) rebalances_in_part: u64,
 }
 
 impl InUseQuotas {
@@ -66,6 +76,7 @@ impl InUseQuotas {
             max_in_use: 0,
             quotas: vec![0; subs],
             rebalances: 0,
+            rebalances_in_part: 0,
         }
     }
 
@@ -98,11 +109,22 @@ pub(crate) enum Admit<F> {
     Retry,
 }
 
+/// What asking for another sub-arena's lock gave.
+pub(crate) enum Locked<G> {
+    /// Its guard.
+    Held(G),
+    /// Another thread holds it (only when asked not to wait).
+    Busy,
+    /// No such sub-arena: it holds nothing.
+    Missing,
+}
+
 /// The allocation path's step, under sub-arena `me`'s lock (`mine`): `charge` more bytes fit
 /// its quota, or a rebalance makes them fit. The global lock is `global` if the caller already
 /// holds it, else taken with `try_global` (never blocking: the caller holds a sub-arena lock);
 /// when held it stays in `global` until the caller drops it, after applying the charge. Out of
-/// line: the common path tests [`admits`] itself.
+/// line: the common path tests [`admits`] itself. `lock(t, wait)` locks sub-arena `t`, waiting
+/// for it only when `wait`.
 #[cold]
 #[inline(never)]
 pub(crate) fn admit<M, G, L>(
@@ -111,7 +133,7 @@ pub(crate) fn admit<M, G, L>(
     me: usize,
     mine: &mut M,
     charge: u64,
-    lock: impl FnMut(usize) -> Option<G>,
+    lock: impl FnMut(usize, bool) -> Locked<G>,
 ) -> Admit<Vec<(usize, G)>>
 where
     M: Metered,
@@ -139,33 +161,82 @@ pub(crate) fn admits<M: Metered>(sub: &M, charge: u64) -> bool {
 }
 
 /// Makes room for `charge` more bytes in sub-arena `me` (whose state `mine` the caller holds
-/// locked, as it holds `ledger`'s lock): freezes every other sub-arena with a quota through
-/// `lock` (`None`: a sub-arena that does not exist, hence holds nothing), raises `MaxInUse` to the exact sum if the charge passes it, and hands the slack out
-/// again. Returns the other sub-arenas' guards: the caller applies the charge to `mine` before
-/// dropping them, so the sum `MaxInUse` was raised to is one the arena really reaches.
+/// locked, as it holds `ledger`'s lock). First, without waiting, it locks every other
+/// sub-arena with a quota that no other thread holds: when some are held (their threads may be
+/// descheduled in the middle of an allocation) and the quota the ones at hand leave unused
+/// covers the charge, that quota moves among them and `mine`, the busy ones keep theirs,
+/// and `MaxInUse` stays (the sum of quotas does, and every use stays within its quota, so the
+/// arena's `InUse` cannot pass it). Otherwise it waits for the busy ones, so every sub-arena
+/// with a quota is frozen, raises `MaxInUse` to the exact sum if the charge passes it, and
+/// hands the slack out again. Returns the other sub-arenas' guards: the caller applies the
+/// charge to `mine` before dropping them, so a sum `MaxInUse` was raised to is one the arena
+/// really reaches.
 pub(crate) fn rebalance<M, G>(
     ledger: &mut InUseQuotas,
     me: usize,
     mine: &mut M,
     charge: u64,
-    mut lock: impl FnMut(usize) -> Option<G>,
+    mut lock: impl FnMut(usize, bool) -> Locked<G>,
 ) -> Vec<(usize, G)>
 where
     M: Metered,
     G: DerefMut<Target = M>,
 {
     ledger.rebalances += 1;
-    let others: Vec<(usize, G)> = (0..ledger.quotas.len())
-        .filter(|&t| t != me && ledger.quotas[t] > 0)
-        .filter_map(|t| lock(t).map(|g| (t, g)))
-        .collect();
+    let mut others: Vec<(usize, G)> = Vec::new();
+    let mut busy = Vec::new();
+    for t in (0..ledger.quotas.len()).filter(|&t| t != me && ledger.quotas[t] > 0) {
+        match lock(t, false) {
+            Locked::Held(g) => others.push((t, g)),
+            Locked::Busy => busy.push(t),
+            Locked::Missing => {}
+        }
+    }
     let my_use = mine.in_use().saturating_add(charge);
+    if !busy.is_empty() {
+        let quotas = others.iter().fold(u128::from(mine.quota()), |s, (_, g)| {
+            s + u128::from(g.quota())
+        });
+        let used = others
+            .iter()
+            .fold(u128::from(my_use), |s, (_, g)| s + u128::from(g.in_use()));
+        if quotas >= used {
+            // Below the sum of these quotas, itself at most `MaxInUse`: fits a u64.
+            let unused = (quotas - used) as u64;
+            hand_out(ledger, me, mine, my_use, &mut others, unused);
+            ledger.rebalances_in_part += 1;
+            return others;
+        }
+        // A new maximum, or the unused quota is the busy ones': wait for them.
+        for t in busy {
+            if let Locked::Held(g) = lock(t, true) {
+                others.push((t, g));
+            }
+        }
+    }
     let sum = others
         .iter()
         .fold(my_use, |s, (_, g)| s.saturating_add(g.in_use()));
     ledger.max_in_use = ledger.max_in_use.max(sum);
     let slack = ledger.max_in_use - sum;
-    // What each would take to reach its own peak again; the asker counts its charge as used.
+    hand_out(ledger, me, mine, my_use, &mut others, slack);
+    others
+}
+
+/// Hands `slack` bytes of quota out to `others` and `mine` (whose use, its charge counted, is
+/// `my_use`), on top of their use: each as much as it has needed before (its own peak above its
+/// use), in proportion when the slack falls short, the rest to `mine`.
+fn hand_out<M, G>(
+    ledger: &mut InUseQuotas,
+    me: usize,
+    mine: &mut M,
+    my_use: u64,
+    others: &mut [(usize, G)],
+    slack: u64,
+) where
+    M: Metered,
+    G: DerefMut<Target = M>,
+{
     let my_want = mine.peak().saturating_sub(my_use);
     let wants: Vec<u64> = others
         .iter()
@@ -183,7 +254,6 @@ where
         }
     };
     let mut given = 0u64;
-    let mut others = others;
     for ((t, g), &want) in others.iter_mut().zip(&wants) {
         let s = share(want);
         given += s;
@@ -195,7 +265,6 @@ where
     let q = my_use + (slack - given);
     mine.set_quota(q);
     ledger.quotas[me] = q;
-    others
 }
 
 /// A sub-arena reduced to what the escrow reads, for the tests below.
@@ -233,7 +302,9 @@ mod tests {
         let _frozen = if admits(&*mine, bytes) {
             Vec::new()
         } else {
-            rebalance(ledger, me, &mut *mine, bytes, |t| Some(subs[t].lock()))
+            rebalance(ledger, me, &mut *mine, bytes, |t, _| {
+                Locked::Held(subs[t].lock())
+            })
         };
         mine.in_use += bytes;
         mine.peak = mine.peak.max(mine.in_use);
@@ -277,6 +348,71 @@ mod tests {
                 assert!(s.in_use <= s.quota && s.quota == ledger.quotas[t]);
             }
         }
+    }
+
+    /// Three sub-arenas, the ledger at `max`: sub-arena `t` with `(in_use, peak, quota)`.
+    fn world(max: u64, subs: [(u64, u64, u64); 3]) -> (Vec<Mutex<Toy>>, InUseQuotas) {
+        let mut ledger = InUseQuotas::new(3);
+        ledger.max_in_use = max;
+        let subs = subs
+            .iter()
+            .enumerate()
+            .map(|(t, &(in_use, peak, quota))| {
+                ledger.quotas[t] = quota;
+                Mutex::new(Toy {
+                    in_use,
+                    peak,
+                    quota,
+                })
+            })
+            .collect();
+        (subs, ledger)
+    }
+
+    #[test]
+    fn a_rebalance_takes_unused_quota_from_the_sub_arenas_at_hand_without_waiting_for_a_busy_one() {
+        // Sub-arena 1 holds 100 bytes of quota it does not use; 2 is busy (its thread holds it).
+        let (subs, mut ledger) = world(150, [(0, 0, 0), (0, 100, 100), (40, 50, 50)]);
+        let busy = subs[2].lock();
+        let mut mine = subs[0].lock();
+        let frozen = rebalance(&mut ledger, 0, &mut *mine, 60, |t, wait| {
+            assert!(!wait, "waited for sub-arena {t}");
+            match t {
+                2 => Locked::Busy,
+                _ => Locked::Held(subs[t].lock()),
+            }
+        });
+        drop(frozen);
+        assert_eq!(ledger.max_in_use, 150, "no new maximum");
+        assert_eq!(ledger.rebalances_in_part, 1);
+        assert!(mine.quota >= 60, "the charge fits");
+        assert_eq!(busy.quota, 50, "the busy one keeps its quota");
+        assert_eq!(
+            ledger.quotas.iter().sum::<u64>(),
+            150,
+            "the quotas add up as before"
+        );
+    }
+
+    #[test]
+    fn a_rebalance_waits_for_a_busy_sub_arena_when_the_charge_makes_a_new_maximum() {
+        let (subs, mut ledger) = world(150, [(0, 0, 0), (0, 100, 100), (40, 50, 50)]);
+        let mut mine = subs[0].lock();
+        let mut waited = Vec::new();
+        let frozen = rebalance(&mut ledger, 0, &mut *mine, 130, |t, wait| {
+            if wait {
+                waited.push(t);
+                Locked::Held(subs[t].lock())
+            } else if t == 2 {
+                Locked::Busy
+            } else {
+                Locked::Held(subs[t].lock())
+            }
+        });
+        drop(frozen);
+        assert_eq!(waited, [2]);
+        assert_eq!(ledger.max_in_use, 170, "130 + the busy one's 40");
+        assert_eq!(ledger.rebalances_in_part, 0);
     }
 
     #[test]
@@ -348,7 +484,13 @@ mod shuttle_checks {
                     me,
                     &mut *mine,
                     bytes,
-                    |t| Some(self.lock(t)),
+                    |t, wait| {
+                        if wait {
+                            Locked::Held(self.lock(t))
+                        } else {
+                            self.subs[t].try_lock().map_or(Locked::Busy, Locked::Held)
+                        }
+                    },
                 );
                 match step {
                     Admit::Fits(frozen) => {

@@ -39,7 +39,7 @@
 //! sub-arena lock never blocks on the global lock.
 
 use crate::arena::directory::Directory;
-use crate::arena::in_use_quota::{self, Admit, HasInUseQuotas, InUseQuotas, Metered};
+use crate::arena::in_use_quota::{self, Admit, HasInUseQuotas, InUseQuotas, Locked, Metered};
 use crate::arena::lock::{ArenaGuard, ArenaLock};
 use crate::arena::thread_slot;
 use crate::arena::State;
@@ -260,7 +260,11 @@ impl SubArenas {
             me,
             mine,
             charge,
-            |t| self.get(t).map(ArenaLock::lock),
+            |t, wait| match self.get(t) {
+                None => Locked::Missing,
+                Some(sub) if wait => Locked::Held(sub.lock()),
+                Some(sub) => sub.lock_unless_stalled().map_or(Locked::Busy, Locked::Held),
+            },
         )
     }
 
