@@ -129,5 +129,9 @@ fn an_arenas_run_of_chunks_from_an_address_is_its_memory_logs_in_every_mode() {
             }
         }
         assert_eq!(a.chunks_from(1), None, "no chunk starts at 1 ({mode})");
+        assert_eq!(a.chunks_from(u64::MAX), None, "nor at the top ({mode})");
+        let r = a.reserve(3000).expect("fits").expect("non-zero");
+        assert_eq!(a.chunks_from(r), None, "a reserve is no chunk ({mode})");
+        assert_eq!(a.memory_log().chunks_from(r), None);
     }
 }
