@@ -133,5 +133,12 @@ fn an_arenas_run_of_chunks_from_an_address_is_its_memory_logs_in_every_mode() {
         let r = a.reserve(3000).expect("fits").expect("non-zero");
         assert_eq!(a.chunks_from(r), None, "a reserve is no chunk ({mode})");
         assert_eq!(a.memory_log().chunks_from(r), None);
+        let first = live[0];
+        a.retire();
+        assert_eq!(
+            a.chunks_from(first),
+            None,
+            "a retired arena has no chunks ({mode})"
+        );
     }
 }

@@ -38,37 +38,20 @@ impl State {
     /// region ([`MemoryLog::chunks_from`]); an unmapped chunk (virtual-memory mode) ends a
     /// log region. `None` when no chunk the log shows starts at `addr`.
     pub(crate) fn chunks_from(&self, addr: u64) -> Option<Vec<ChunkLog>> {
-        let mut id = match self.live.get(addr) {
-            Some(id) => id,
-            None => self.free_chunk_at(addr)?,
+        // A free chunk is found by walking its region (free chunks are indexed by size).
+        let mut c = match self.live.get(addr) {
+            Some(id) => self.chunks.get(id),
+            None => self.chunk_containing(addr).filter(|c| c.addr == addr)?,
         };
         let mut run = Vec::new();
-        while id != NIL {
-            let c = self.chunks.get(id);
-            if c.stream == vm::UNMAPPED {
-                break;
-            }
+        while c.stream != vm::UNMAPPED {
             run.push(chunk_log(c));
-            if c.in_use && run.len() > 1 {
+            if (c.in_use && run.len() > 1) || c.next == NIL {
                 break;
             }
-            id = c.next;
+            c = self.chunks.get(c.next);
         }
         (!run.is_empty()).then_some(run)
-    }
-
-    /// The free chunk that starts at `addr`: a walk along its region's chunks (free chunks
-    /// are indexed by size, not address).
-    fn free_chunk_at(&self, addr: u64) -> Option<u32> {
-        let mut id = self.regions.get(self.regions.find(addr)?).first_chunk;
-        while id != NIL {
-            let c = self.chunks.get(id);
-            if c.addr >= addr {
-                return (c.addr == addr && !c.in_use).then_some(id);
-            }
-            id = c.next;
-        }
-        None
     }
 
     pub(super) fn log_with(&self, regions: Vec<RegionLog>) -> MemoryLog {
