@@ -663,11 +663,26 @@ impl<R: RawAllocator> Arena<R> {
 /// stream's work is known past.
 #[inline(always)]
 fn reusable(c: &Chunk, consumer: StreamId, hosted: &HostedStreams, clock: Option<&Clock>) -> bool {
+    reusable_if_waited(c, consumer, hosted, |stream, sync_id| {
+        clock.is_some_and(|cl| sync_id < cl.last_wait(stream))
+    })
+}
+
+/// [`reusable`], where `waited_past(stream, sync_id)` says whether the consumer has waited on
+/// an event `stream` recorded after `sync_id`: asked only for a chunk of a stream without
+/// events, so a caller can take the consumer's clock only then.
+#[inline(always)]
+fn reusable_if_waited(
+    c: &Chunk,
+    consumer: StreamId,
+    hosted: &HostedStreams,
+    waited_past: impl FnOnce(StreamId, u64) -> bool,
+) -> bool {
     c.stream == consumer
         || c.stream == 0
         || match hosted.events(c.stream) {
             Some(events) => events.is_complete(c.sync_id),
-            None => clock.is_some_and(|cl| c.sync_id < cl.last_wait(c.stream)),
+            None => waited_past(c.stream, c.sync_id),
         }
 }
 

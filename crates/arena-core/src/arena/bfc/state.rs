@@ -227,20 +227,13 @@ impl State {
             .map_or((0, false), |p| (p.class_for(rounded), p.cross_pool));
         let mut clock = None;
         let mut accept = |id: u32| {
-            let c = chunks.get(id);
-            c.stream == consumer || c.stream == 0 || {
-                // ORT's rule: the consumer's own chunk, an unassigned one, or one whose
-                // stream the consumer has waited on since the chunk was handed out
-                // there; for a host stream with events, one whose free that stream's
-                // work is known past.
-                match hosted.events(c.stream) {
-                    Some(events) => events.is_complete(c.sync_id),
-                    None => stream.is_some_and(|s| {
-                        let clock = clock.get_or_insert_with(|| s.clock());
-                        c.sync_id < clock.last_wait(c.stream)
-                    }),
-                }
-            }
+            // The stream's clock is locked only for a chunk of another stream without events.
+            reusable_if_waited(chunks.get(id), consumer, hosted, |of, sync_id| {
+                stream.is_some_and(|s| {
+                    let clock = clock.get_or_insert_with(|| s.clock());
+                    sync_id < clock.last_wait(of)
+                })
+            })
         };
         match self.bins.best_fit_class(class, rounded, &mut accept) {
             None if cross_pool && self.vm_full_for(rounded) => {
