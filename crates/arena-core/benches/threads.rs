@@ -20,7 +20,8 @@
 //! (default 2), `STREAMS` ("1", the default: each thread on a stream of its own that the host
 //! owns, as `replay_mt`'s `CUstream`s, whose events complete at once since nothing runs on
 //! `virtual`; "own": each on a `Stream::new()`, cuda-arena's own stream, which has no events, so
-//! a chunk another thread's stream freed is that stream's until a reset; "0": plain `alloc`),
+//! a chunk another thread's stream freed is that stream's until a reset; "own-events": each on
+//! a `Stream::with_events`, as cuda-arena's own `CUstream`s on `cuda`; "0": plain `alloc`),
 //! `MODES` ("regions pages": ORT's region arena, and the virtual-memory mode at 2 MiB pages),
 //! `LOG=1` (each arena's regions or mapped extents and stats at the end, on stderr),
 //! `CONF="k=v,..."` (config keys for the virtual-memory mode's arenas), `PRIVATE=1` (each
@@ -141,6 +142,9 @@ enum Streams {
     /// cuda-arena's own streams (`Stream::new`): ONNX Runtime's sync-id rule, no events, so
     /// a chunk one thread's stream freed serves another only after a reset.
     Own,
+    /// cuda-arena's own streams with events (`Stream::with_events`), as its `CUstream`s on
+    /// `cuda` (the Node binding's `createStream`): completing at once here, as `Host`.
+    OwnEvents,
 }
 
 impl Streams {
@@ -150,6 +154,7 @@ impl Streams {
             Streams::None => "0",
             Streams::Host => "1",
             Streams::Own => "own",
+            Streams::OwnEvents => "own-events",
         }
     }
 }
@@ -214,6 +219,10 @@ fn run(case: &Case, threads: usize) -> Row {
                         Some(host_streams.get(0x10_0000 + t as u64).expect("a handle"))
                     }
                     Streams::Own => Some(Stream::new()),
+                    Streams::OwnEvents => Some(Stream::with_events(
+                        0x20_0000 + t as u64,
+                        host_streams.events().expect("events").clone(),
+                    )),
                 };
                 loop {
                     start.wait();
@@ -325,8 +334,9 @@ fn main() {
     let streams = match env_or("STREAMS", "1").as_str() {
         "0" => Streams::None,
         "own" => Streams::Own,
+        "own-events" => Streams::OwnEvents,
         "1" | "host" => Streams::Host,
-        other => panic!("STREAMS is 1 (host streams), own or 0, not {other:?}"),
+        other => panic!("STREAMS is 1 (host streams), own, own-events or 0, not {other:?}"),
     };
     let private = match env_or("PRIVATE", "0").as_str() {
         "0" => false,
@@ -340,6 +350,9 @@ fn main() {
         match streams {
             Streams::Host => "each thread on its own host stream (events complete at once)",
             Streams::Own => "each thread on its own cuda-arena stream (no events)",
+            Streams::OwnEvents => {
+                "each thread on its own cuda-arena stream with events (complete at once)"
+            }
             Streams::None => "no streams",
         }
     );

@@ -75,6 +75,81 @@ fn sixteen_pool_threads_taking_turns_hold_about_the_live_set_in_mapped_pages() {
     pool_threads_taking_turns_hold_about_the_live_set(Mode::Pages, 16, 2);
 }
 
+/// The stream each pool thread allocates on.
+#[derive(Debug, Clone, Copy)]
+enum PoolStream {
+    /// A stream the host owns (the C ABI's `CUstream`, PyTorch's), with events.
+    Host,
+    /// cuda-arena's own stream with events (the Node binding's `createStream` on `cuda`).
+    Own,
+}
+
+/// [`held_after_turns`] in the default arena with each pool thread on a stream of its own,
+/// whose events complete at once (nothing runs on `virtual`). Each turn's frees are the
+/// stream's last until its thread's next turn: no call of the host covers them with an event.
+fn held_after_turns_on_streams(kind: PoolStream, threads: usize, rounds: usize) -> f64 {
+    let a = Arc::new(arena(Mode::Pages));
+    let events: Arc<dyn StreamEvents> = SimEvents::immediate();
+    let host = ForeignStreams::with_events(Some(events.clone()));
+    let sizes = Arc::new(pool_working_set());
+    let pool: Vec<(Worker, Stream)> = (0..threads)
+        .map(|i| {
+            let native = 0x10_0000 + i as u64;
+            let s = match kind {
+                PoolStream::Host => host.get(native).expect("a stream"),
+                PoolStream::Own => Stream::with_events(native, events.clone()),
+            };
+            (Worker::new(), s)
+        })
+        .collect();
+    for _ in 0..rounds {
+        for (w, s) in &pool {
+            let (a, s, sizes) = (a.clone(), s.clone(), sizes.clone());
+            w.run(move || {
+                let addrs: Vec<u64> = sizes
+                    .iter()
+                    .map(|&n| a.alloc_on_stream(n, &s).expect("fits").expect("an address"))
+                    .collect();
+                for x in addrs {
+                    a.free(x).expect("live");
+                }
+            });
+        }
+    }
+    a.check_invariants().expect("consistent");
+    a.stats().total_allocated as f64 / live_bytes(&sizes) as f64
+}
+
+fn pool_threads_on_their_own_streams_hold_about_the_live_set(kind: PoolStream, threads: usize) {
+    let one = held_after_turns_on_streams(kind, 1, 2);
+    let many = held_after_turns_on_streams(kind, threads, 2);
+    eprintln!("{kind:?} streams: held/live {many:.3} with {threads} threads, {one:.3} with one");
+    assert!(
+        many <= 1.10 * one.max(1.0),
+        "{kind:?} streams: held/live {many:.2} with {threads} threads, {one:.2} with one"
+    );
+}
+
+#[test]
+fn four_pool_threads_each_on_a_host_stream_taking_turns_hold_about_the_live_set() {
+    pool_threads_on_their_own_streams_hold_about_the_live_set(PoolStream::Host, 4);
+}
+
+#[test]
+fn sixteen_pool_threads_each_on_a_host_stream_taking_turns_hold_about_the_live_set() {
+    pool_threads_on_their_own_streams_hold_about_the_live_set(PoolStream::Host, 16);
+}
+
+#[test]
+fn four_pool_threads_each_on_an_own_stream_taking_turns_hold_about_the_live_set() {
+    pool_threads_on_their_own_streams_hold_about_the_live_set(PoolStream::Own, 4);
+}
+
+#[test]
+fn sixteen_pool_threads_each_on_an_own_stream_taking_turns_hold_about_the_live_set() {
+    pool_threads_on_their_own_streams_hold_about_the_live_set(PoolStream::Own, 16);
+}
+
 /// PyTorch's training step, `steps` times (the main thread allocates activations; the autograd
 /// thread allocates gradients and frees the activations; the main thread frees the gradients),
 /// with the main thread's and the autograd thread's

@@ -70,7 +70,8 @@ impl CudaBackend {
 
     /// A new stream on device `device`.
     pub fn create_stream(&self, device: u32) -> Result<CudaStream> {
-        CudaStream::new(self.gpu(device)?.ctx.clone())
+        let g = self.gpu(device)?;
+        CudaStream::new(g.ctx.clone(), g.events.clone())
     }
 
     /// A memory-pool allocator of its own on `device` (what `arena.use_cuda_mempool=1`

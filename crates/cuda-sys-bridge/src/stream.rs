@@ -12,7 +12,7 @@
 
 use crate::device::DeviceContext;
 use crate::driver;
-use cuda_arena_core::{ArenaError, Result, Stream, StreamEvent};
+use cuda_arena_core::{ArenaError, Result, Stream, StreamEvent, StreamEvents};
 use parking_lot::RwLock;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -85,14 +85,16 @@ impl CudaEvent {
 }
 
 impl CudaStream {
-    pub(crate) fn new(ctx: Arc<DeviceContext>) -> Result<Self> {
+    /// A new stream on `ctx`'s device whose frees `events` (the device's) cover, so that what
+    /// it frees comes free for other streams once its work up to the free is done (issue 25).
+    pub(crate) fn new(ctx: Arc<DeviceContext>, events: Arc<dyn StreamEvents>) -> Result<Self> {
         let _current = ctx.make_current()?;
         let s = driver::stream_create()?;
         let native = driver::stream_to_u64(s);
         LIVE.write().get_or_insert_with(HashSet::new).insert(native);
         Ok(CudaStream {
             ctx,
-            logical: Stream::with_native(native),
+            logical: Stream::with_events(native, events),
         })
     }
 
@@ -151,7 +153,21 @@ impl Drop for CudaStream {
         // Finish the stream's work first, so allocations made on it can then be freed on the
         // legacy stream (see LIVE).
         if let Ok(_current) = self.ctx.make_current() {
-            let _ = driver::stream_synchronize(self.raw());
+            let events = self.logical.free_events();
+            // No thread records on the handle from here on (an allocator polling the stream's
+            // frees records only while it may): after the destroy the driver may give its
+            // value to another stream.
+            let marked = events.map(|f| {
+                f.set_host_may_destroy();
+                f.marked()
+            });
+            if driver::stream_synchronize(self.raw()).is_ok() {
+                if let (Some(f), Some(label)) = (events, marked) {
+                    // Every free so far is done. (A thread recording on the stream now holds
+                    // the events' lock, which this waits for, before the destroy.)
+                    f.complete_through(label);
+                }
+            }
             let _ = driver::stream_destroy(self.raw());
         }
     }

@@ -669,8 +669,10 @@ fn reusable(c: &Chunk, consumer: StreamId, hosted: &HostedStreams, clock: Option
 }
 
 /// [`reusable`], where `waited_past(stream, sync_id)` says whether the consumer has waited on
-/// an event `stream` recorded after `sync_id`: asked only for a chunk of a stream without
-/// events, so a caller can take the consumer's clock only then.
+/// an event `stream` recorded after `sync_id`: asked only when the chunk's stream's events do
+/// not already say its free is done, so a caller can take the consumer's clock only then. (A
+/// stream with events counts sync ids with its marks, so the mark a chunk took at its free is
+/// also the sync id to compare; a host's stream records nothing the consumer waits on.)
 #[inline(always)]
 fn reusable_if_waited(
     c: &Chunk,
@@ -680,10 +682,10 @@ fn reusable_if_waited(
 ) -> bool {
     c.stream == consumer
         || c.stream == 0
-        || match hosted.events(c.stream) {
-            Some(events) => events.is_complete(c.sync_id),
-            None => waited_past(c.stream, c.sync_id),
-        }
+        || hosted
+            .events(c.stream)
+            .is_some_and(|events| events.is_complete(c.sync_id))
+        || waited_past(c.stream, c.sync_id)
 }
 
 /// ORT's rule: a chunk of `chunk_size` bytes handed out for `rounded` is split when at least

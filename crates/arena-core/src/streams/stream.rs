@@ -225,6 +225,16 @@ impl Stream {
         Self::make(native, false, None)
     }
 
+    /// A new stream of cuda-arena's own for the backend's stream `native` (a `CUstream` it
+    /// made), with the backend's `events` (issue 25): a chunk freed on it comes free for other
+    /// streams once its work up to the free has completed, as a host stream's does, or once
+    /// they waited on an event recorded after the free (ONNX Runtime's rule, its sync ids
+    /// being the events' marks). Without events, only the latter.
+    pub fn with_events(native: u64, events: Arc<dyn StreamEvents>) -> Self {
+        let free_events = FreeEvents::new(events, native);
+        Self::make(native, false, Some(Arc::new(free_events)))
+    }
+
     /// A stream for the handle `native` of a stream the host owns, with the backend's
     /// `events` where it has them (then a chunk freed on it comes free for other streams once
     /// its work up to the free has completed; without them, once the host resets it).
@@ -272,10 +282,15 @@ impl Stream {
         self.inner.sync_id.load(Ordering::Acquire)
     }
 
-    /// Records an event: bumps the sync id and returns an event carrying it.
+    /// Records an event: bumps the sync id and returns an event carrying it. A stream with
+    /// events counts its sync ids with its marks (each free takes one), so that a chunk's
+    /// mark is also the sync id a waiting stream compares: the event is past every free so far.
     pub fn record(&self) -> StreamEvent {
         let mut clock = self.inner.clock.lock();
-        clock.sync_id += 1;
+        clock.sync_id = match &self.inner.free_events {
+            Some(f) => f.mark().max(clock.sync_id + 1),
+            None => clock.sync_id + 1,
+        };
         self.inner.sync_id.store(clock.sync_id, Ordering::Release);
         let mut sync_ids = clock.waited.clone();
         sync_ids.push(Known {

@@ -142,6 +142,28 @@ impl<R: RawAllocator> Arena<R> {
         self.hosted_waiting_in_subs(consumer, true)
     }
 
+    /// As [`State::hosted_holding_back`], from every sub-arena whose lock is free now (the
+    /// caller's own, which it holds, is skipped): the streams whose incomplete frees hold back
+    /// a free chunk that would serve `rounded` bytes somewhere.
+    pub(super) fn hosted_holding_back_somewhere(
+        &self,
+        rounded: u64,
+        consumer: StreamId,
+    ) -> Vec<Arc<FreeEvents>> {
+        let mut all: Vec<Arc<FreeEvents>> = Vec::new();
+        for t in self.subs.used().collect::<Vec<_>>() {
+            let Some(st) = self.subs.get(t).and_then(|sub| sub.try_lock()) else {
+                continue;
+            };
+            for f in st.hosted_holding_back(rounded, consumer) {
+                if !all.iter().any(|g| Arc::ptr_eq(g, &f)) {
+                    all.push(f);
+                }
+            }
+        }
+        all
+    }
+
     fn hosted_waiting_in_subs(&self, consumer: StreamId, wait: bool) -> Vec<Arc<FreeEvents>> {
         let mut all: Vec<Arc<FreeEvents>> = Vec::new();
         for t in self.subs.used().collect::<Vec<_>>() {

@@ -229,7 +229,8 @@ impl State {
         let mut accept = |id: u32| {
             // The stream's clock is locked only for a chunk of another stream without events.
             reusable_if_waited(chunks.get(id), consumer, hosted, |of, sync_id| {
-                stream.is_some_and(|s| {
+                // A host's stream waits on no event of ours: its clock is not taken.
+                stream.filter(|s| !s.is_host_owned()).is_some_and(|s| {
                     let clock = clock.get_or_insert_with(|| s.clock());
                     sync_id < clock.last_wait(of)
                 })

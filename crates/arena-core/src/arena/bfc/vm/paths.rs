@@ -135,17 +135,23 @@ impl<R: RawAllocator> Arena<R> {
             // sessions on a thread pool, all free memory is tagged with some session's stream
             // (issue 25), and only what is known done can serve another. Only when some stream
             // is waiting: otherwise no second pass.
-            let waiting = if matches!(waited, Waited::Nothing | Waited::Polled) {
-                // This sub-arena's own too (its lock, held here, the walk cannot take).
+            let (waiting, holding) = if matches!(waited, Waited::Nothing | Waited::Polled) {
+                // This sub-arena's own too (its lock, held here, the walks cannot take).
                 let mut w = self.hosted_waiting_somewhere(consumer);
                 for f in st.hosted_waiting(consumer) {
                     if !w.iter().any(|g| Arc::ptr_eq(g, &f)) {
                         w.push(f);
                     }
                 }
-                w
+                let mut h = self.hosted_holding_back_somewhere(rounded, consumer);
+                for f in st.hosted_holding_back(rounded, consumer) {
+                    if !h.iter().any(|g| Arc::ptr_eq(g, &f)) {
+                        h.push(f);
+                    }
+                }
+                (w, h)
             } else {
-                Vec::new()
+                (Vec::new(), Vec::new())
             };
             if st.untag_done(consumer) {
                 // Free memory whose streams are done, in one piece again: search again.
@@ -155,9 +161,19 @@ impl<R: RawAllocator> Arena<R> {
                 drop(st);
                 drop(global);
                 for f in waiting {
-                    // A query, no record: recording here would move a pending event's point
-                    // later (a full queue re-records its newest), and what it covers with it.
-                    f.poll_now();
+                    if holding.iter().any(|h| Arc::ptr_eq(h, &f)) {
+                        // Its frees hold back a chunk that fits: covered with an event too
+                        // (unless the host may destroy the stream). A pool's thread on a
+                        // stream of its own frees its turn's memory and sleeps, and nothing
+                        // else covers those frees before its next turn (four threads taking
+                        // turns held 4.08x the live set, each mapping pages beside the
+                        // others' free ones). A full queue's newest event is recorded again,
+                        // later, and what it covers with it.
+                        f.advance();
+                    } else {
+                        // A query, no record: its frees hold back nothing that fits.
+                        f.poll_now();
+                    }
                 }
                 return Ok(Mapped::Again(Waited::PolledEverywhere));
             }
