@@ -143,13 +143,10 @@ impl<R: RawAllocator> Arena<R> {
                         w.push(f);
                     }
                 }
-                let mut h = self.hosted_holding_back_somewhere(rounded, consumer);
-                for f in st.hosted_holding_back(rounded, consumer) {
-                    if !h.iter().any(|g| Arc::ptr_eq(g, &f)) {
-                        h.push(f);
-                    }
-                }
-                (w, h)
+                (
+                    w,
+                    self.hosted_holding_back_while_others_idle(me, rounded, consumer),
+                )
             } else {
                 (Vec::new(), Vec::new())
             };
@@ -162,13 +159,13 @@ impl<R: RawAllocator> Arena<R> {
                 drop(global);
                 for f in waiting {
                     if holding.iter().any(|h| Arc::ptr_eq(h, &f)) {
-                        // Its frees hold back a chunk that fits: covered with an event too
-                        // (unless the host may destroy the stream). A pool's thread on a
-                        // stream of its own frees its turn's memory and sleeps, and nothing
-                        // else covers those frees before its next turn (four threads taking
-                        // turns held 4.08x the live set, each mapping pages beside the
-                        // others' free ones). A full queue's newest event is recorded again,
-                        // later, and what it covers with it.
+                        // Every other thread idle, and this stream's frees hold back a chunk
+                        // that fits: covered with an event too (unless the host may destroy
+                        // the stream). A pool's thread on a stream of its own frees its turn's
+                        // memory and sleeps, and nothing else covers those frees before its
+                        // next turn (four threads taking turns held 4.08x the live set, each
+                        // mapping pages beside the others' free ones). A full queue's newest
+                        // event is recorded again, later, and what it covers with it.
                         f.advance();
                     } else {
                         // A query, no record: its frees hold back nothing that fits.
