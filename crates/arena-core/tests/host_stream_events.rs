@@ -47,12 +47,6 @@ fn vm_setup_with_vm() -> (
     (a, vm, ForeignStreams::with_events(Some(events)), sim)
 }
 
-fn on(a: &impl Allocator, s: &Stream, size: u64) -> u64 {
-    a.alloc_on_stream(size, s)
-        .expect("alloc succeeds")
-        .expect("an address")
-}
-
 #[test]
 fn a_chunk_freed_on_a_host_stream_is_reused_on_that_stream_at_once() {
     let (a, f, sim) = setup(&[]);

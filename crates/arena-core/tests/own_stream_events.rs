@@ -28,12 +28,6 @@ fn streams(sim: &Arc<SimEvents>) -> (Stream, Stream) {
     )
 }
 
-fn on(a: &impl Allocator, s: &Stream, size: u64) -> u64 {
-    a.alloc_on_stream(size, s)
-        .expect("alloc succeeds")
-        .expect("an address")
-}
-
 #[test]
 fn an_own_streams_chunk_goes_to_another_stream_once_its_work_up_to_the_free_is_done() {
     let (a, sim) = (virtual_arena(EXACT), SimEvents::new());

@@ -106,10 +106,7 @@ fn held_after_turns_on_streams(kind: PoolStream, threads: usize, rounds: usize) 
         for (w, s) in &pool {
             let (a, s, sizes) = (a.clone(), s.clone(), sizes.clone());
             w.run(move || {
-                let addrs: Vec<u64> = sizes
-                    .iter()
-                    .map(|&n| a.alloc_on_stream(n, &s).expect("fits").expect("an address"))
-                    .collect();
+                let addrs: Vec<u64> = sizes.iter().map(|&n| on(&*a, &s, n)).collect();
                 for x in addrs {
                     a.free(x).expect("live");
                 }

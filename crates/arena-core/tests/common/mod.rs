@@ -3,13 +3,20 @@
 
 use cuda_arena_core::{
     AddressSpaceAllocator, Allocator, Arena, ArenaConfig, ArenaError, DeviceLimits, HostAllocator,
-    MemoryLog,
+    MemoryLog, Stream,
 };
 use std::sync::mpsc::{channel, Sender};
 
 pub const KIB: u64 = 1 << 10;
 pub const MIB: u64 = 1 << 20;
 pub const GIB: u64 = 1 << 30;
+
+/// `size` bytes on stream `s`; panics unless the allocation gives an address.
+pub fn on(a: &(impl Allocator + ?Sized), s: &Stream, size: u64) -> u64 {
+    a.alloc_on_stream(size, s)
+        .expect("alloc succeeds")
+        .expect("an address")
+}
 
 pub fn config(pairs: &[(&str, &str)]) -> ArenaConfig {
     ArenaConfig::from_pairs(pairs.iter().copied()).expect("test config is valid")
