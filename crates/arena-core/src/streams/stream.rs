@@ -229,7 +229,7 @@ impl Stream {
     /// made), with the backend's `events` (issue 25): a chunk freed on it comes free for other
     /// streams once its work up to the free has completed, as a host stream's does, or once
     /// they waited on an event recorded after the free (ONNX Runtime's rule, its sync ids
-    /// being the events' marks). Without events, only the latter.
+    /// being the events' marks).
     pub fn with_events(native: u64, events: Arc<dyn StreamEvents>) -> Self {
         let free_events = FreeEvents::new(events, native);
         Self::make(native, false, Some(Arc::new(free_events)))

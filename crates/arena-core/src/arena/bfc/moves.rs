@@ -147,7 +147,7 @@ impl<R: RawAllocator> Arena<R> {
     /// incomplete frees hold back a free chunk that would serve `rounded` bytes there. Empty
     /// while another thread is busy: threads busy at once keep their own memory (covered, their
     /// frees would pass chunks back and forth between them: eight threads on two cores fell to
-    /// 0.06-0.59x one thread's aggregate in some runs of the Rust thread benchmark).
+    /// 0.05-0.59x one thread's aggregate in some runs of the Rust thread benchmark).
     pub(super) fn hosted_holding_back_while_others_idle(
         &self,
         me: usize,
