@@ -7,9 +7,14 @@
 //! chunks of the same sizes); the region mode uses class 0 alone. A chunk keeps its class
 //! until it leaves the bins.
 //!
-//! Each set is an intrusive treap over chunk ids: the nodes live in one vector indexed by
-//! id, so inserting and removing never allocate once the vector has grown, and a bin with
-//! one chunk costs a root store.
+//! Each set is intrusive over chunk ids: the nodes live in one vector indexed by id, so
+//! inserting and removing never allocate once the vector has grown, and a bin with one chunk
+//! costs a root store. A set of at most [`LIST_MAX`] chunks is a list in key order, whose
+//! removals cost a few stores and whose insertions a short walk; a set that would grow past
+//! that becomes a treap until it is empty again. Both keep the one order, so which a set is
+//! changes no answer (the virtual-memory mode, which cuts every chunk to size, spent a sixth
+//! of its instructions on the thread benchmark in treap descents, most in sets of a few
+//! chunks).
 //!
 //! Inside, each of ONNX Runtime's power-of-two bins is 32 sets of a 32nd of its size
 //! range (and the last, unbounded bin 32 sets per power of two up to 2^48 bytes):
@@ -47,6 +52,10 @@ const _: () = assert!(SETS.is_multiple_of(64), "a whole bitmap word per 64 sets"
 
 /// Roots of the sets of every class: class `k`'s set `f` is slot `k * SETS + f`.
 const SLOTS: usize = CLASSES * SETS;
+
+/// The most chunks a set holds as a list; one more makes it a treap. (8, 16 and 32 ran the
+/// thread benchmark's passes in about the same instructions; see docs/benchmarks.md.)
+const LIST_MAX: u32 = 16;
 
 /// The set of a chunk of `size` bytes within its class: a 32nd of the power of two of
 /// `max(size, 256) / 256`, so that sets ascend with size and set `f` lies within bin
@@ -95,9 +104,11 @@ struct Node {
     size: u64,
     addr: u64,
     /// Left and right subtrees: `child[1]` holds the larger keys, so a descent indexes it
-    /// with the comparison instead of branching on it.
+    /// with the comparison instead of branching on it. In a list, the previous chunk (the
+    /// head's is the tail, `NIL` when it is alone) and the next.
     child: [u32; 2],
-    /// Heap priority: a parent's is at least its children's.
+    /// Heap priority: a parent's is at least its children's. In a list, the head's is the
+    /// list's length.
     prio: u32,
     /// Whether this id is currently in a bin.
     linked: bool,
@@ -123,6 +134,9 @@ pub struct FreeBins {
     /// `k * WORDS..(k + 1) * WORDS` (a class has whole words), so a slot's word is `s / 64`,
     /// with no division by the sets per class on the hot path.
     non_empty: [u64; CLASSES * WORDS],
+    /// Bit `s` set iff root slot `s` is a treap (laid out as `non_empty`); clear for a list
+    /// and for every empty set.
+    trees: [u64; CLASSES * WORDS],
     len: usize,
     rng: u32,
 }
@@ -140,6 +154,7 @@ impl FreeBins {
             nodes: Vec::new(),
             roots: [NIL; SLOTS],
             non_empty: [0; CLASSES * WORDS],
+            trees: [0; CLASSES * WORDS],
             len: 0,
             rng: 0x9E37_79B9,
         }
@@ -190,9 +205,17 @@ impl FreeBins {
         self.non_empty[s / 64] |= 1 << (s % 64);
     }
 
+    /// Slot `s` is empty now: no longer marked, and a list again.
     #[inline(always)]
     fn unmark(&mut self, s: usize) {
         self.non_empty[s / 64] &= !(1 << (s % 64));
+        self.trees[s / 64] &= !(1 << (s % 64));
+    }
+
+    /// Whether root slot `s` is a treap rather than a list.
+    #[inline(always)]
+    fn is_tree(&self, s: usize) -> bool {
+        self.trees[s / 64] & (1 << (s % 64)) != 0
     }
 
     /// Adds chunk `id` of `size` bytes at `addr` to its bin of class 0. `id` must not be in
@@ -213,23 +236,111 @@ impl FreeBins {
         debug_assert!(!self.nodes[i].linked, "chunk {id} is already in a bin");
         let b = slot(class, size);
         let root = self.roots[b];
-        // An empty bin needs no priority and no descent.
-        let prio = if root == NIL { 0 } else { self.next_prio() };
         self.nodes[i] = Node {
             size,
             addr,
             child: [NIL; 2],
-            prio,
+            // An empty set becomes a list of one.
+            prio: 1,
             linked: true,
             class: (class as usize).min(CLASSES - 1) as u8,
         };
         if root == NIL {
             self.roots[b] = id;
+            self.mark(b);
         } else {
-            self.insert_at(Hook::Root(b), id);
+            if !self.is_tree(b) && self.nodes[root as usize].prio >= LIST_MAX {
+                self.make_tree(b);
+            }
+            if self.is_tree(b) {
+                self.nodes[i].prio = self.next_prio();
+                self.insert_at(Hook::Root(b), id);
+            } else {
+                self.insert_in_list(b, id);
+            }
         }
-        self.mark(b);
         self.len += 1;
+    }
+
+    /// Puts chunk `id` (its node filled in, in no set) in list slot `b`, which is not empty,
+    /// in `(size, address)` order.
+    #[inline(always)]
+    fn insert_in_list(&mut self, b: usize, id: u32) {
+        let key = self.key128(id);
+        let head = self.roots[b];
+        let (len, tail) = {
+            let h = &self.nodes[head as usize];
+            (h.prio, if h.child[0] == NIL { head } else { h.child[0] })
+        };
+        if key < self.key128(head) {
+            self.nodes[id as usize].child = [tail, head];
+            self.nodes[id as usize].prio = len + 1;
+            self.nodes[head as usize].child[0] = id;
+            self.roots[b] = id;
+            return;
+        }
+        self.nodes[head as usize].prio = len + 1;
+        // Past the tail (frees in address order), no walk.
+        let (mut prev, mut next) = if key > self.key128(tail) {
+            (tail, NIL)
+        } else {
+            (head, self.nodes[head as usize].child[1])
+        };
+        while next != NIL && self.key128(next) < key {
+            prev = next;
+            next = self.nodes[next as usize].child[1];
+        }
+        self.nodes[id as usize].child = [prev, next];
+        self.nodes[prev as usize].child[1] = id;
+        // The chunk after the new one links back to it; at the end, the head does.
+        let back = if next == NIL { head } else { next };
+        self.nodes[back as usize].child[0] = id;
+    }
+
+    /// Takes chunk `id` out of list slot `b`, which holds at least one other chunk.
+    #[inline(always)]
+    fn remove_from_list(&mut self, b: usize, id: u32) {
+        let head = self.roots[b];
+        let [prev, next] = self.nodes[id as usize].child;
+        let len = self.nodes[head as usize].prio - 1;
+        if id == head {
+            // `prev` is the tail; the next chunk becomes the head.
+            self.roots[b] = next;
+            let n = &mut self.nodes[next as usize];
+            n.child[0] = if prev == next { NIL } else { prev };
+            n.prio = len;
+        } else {
+            self.nodes[head as usize].prio = len;
+            self.nodes[prev as usize].child[1] = next;
+            // The chunk after links back to the one before; for the tail, the head does.
+            let (back, to) = match next {
+                NIL if prev == head => (head, NIL),
+                NIL => (head, prev),
+                n => (n, prev),
+            };
+            self.nodes[back as usize].child[0] = to;
+        }
+    }
+
+    /// Turns list slot `b` into a treap of the same chunks.
+    #[cold]
+    #[inline(never)]
+    fn make_tree(&mut self, b: usize) {
+        let mut ids = Vec::with_capacity(LIST_MAX as usize);
+        self.collect_set(b, &mut ids);
+        self.roots[b] = NIL;
+        self.trees[b / 64] |= 1 << (b % 64);
+        for id in ids {
+            let prio = self.next_prio();
+            let n = &mut self.nodes[id as usize];
+            n.child = [NIL; 2];
+            n.prio = prio;
+            if self.roots[b] == NIL {
+                self.roots[b] = id;
+            } else {
+                self.insert_at(Hook::Root(b), id);
+            }
+        }
     }
 
     /// Removes chunk `id` from its bin. Returns false if it was not in one.
@@ -242,8 +353,10 @@ impl FreeBins {
         let b = slot(n.class, n.size);
         if self.roots[b] == id && n.child == [NIL; 2] {
             self.roots[b] = NIL;
-        } else {
+        } else if self.is_tree(b) {
             self.remove_at(Hook::Root(b), id);
+        } else {
+            self.remove_from_list(b, id);
         }
         if self.roots[b] == NIL {
             self.unmark(b);
@@ -269,6 +382,8 @@ impl FreeBins {
             let n = &mut self.nodes[id as usize];
             n.size = size;
             n.addr = addr;
+            // A list of one, whatever `from` was.
+            n.prio = 1;
         } else {
             self.move_chunk(id, size, addr);
         }
@@ -298,6 +413,7 @@ impl FreeBins {
                 size,
                 addr,
                 linked: true,
+                prio: 1,
                 ..n
             };
         } else {
@@ -341,9 +457,11 @@ impl FreeBins {
         let k = class_index(class);
         let first = self.next_set(k, set_for_size(min_size))?;
         // A lone chunk in the first candidate set (the common warm state) needs no descent.
-        let root = self.roots[k * SETS + first];
+        let b = k * SETS + first;
+        let root = self.roots[b];
         let n = &self.nodes[root as usize];
-        if n.child == [NIL; 2] && n.size >= min_size && accept(root) {
+        // A lone chunk, or a list's head (its smallest), that fits is the best fit.
+        if (n.child == [NIL; 2] || !self.is_tree(b)) && n.size >= min_size && accept(root) {
             return Some(root);
         }
         self.best_fit_in(k, first, min_size, accept)
@@ -383,6 +501,13 @@ impl FreeBins {
         let mut next = Some(first);
         while let Some(f) = next {
             let b = k * SETS + f;
+            if !self.is_tree(b) {
+                if let Some(id) = self.find_in_list(self.roots[b], min_size, &mut accept) {
+                    return Some(id);
+                }
+                next = self.next_set(k, f + 1);
+                continue;
+            }
             // Usually the smallest adequate chunk is acceptable: find it without recursion,
             // and search the whole bin in order only when it is not.
             let lower = self.lower_bound(self.roots[b], min_size);
@@ -393,6 +518,23 @@ impl FreeBins {
                 return Some(id);
             }
             next = self.next_set(k, f + 1);
+        }
+        None
+    }
+
+    /// The first chunk of at least `min_size` bytes that `accept` takes in list `t`.
+    fn find_in_list(
+        &self,
+        mut t: u32,
+        min_size: u64,
+        accept: &mut impl FnMut(u32) -> bool,
+    ) -> Option<u32> {
+        while t != NIL {
+            let n = &self.nodes[t as usize];
+            if n.size >= min_size && accept(t) {
+                return Some(t);
+            }
+            t = n.child[1];
         }
         None
     }
@@ -431,7 +573,7 @@ impl FreeBins {
         let mut out = Vec::new();
         for k in 0..CLASSES {
             for f in sets_of_bin(b) {
-                self.collect(self.roots[k * SETS + f], &mut out);
+                self.collect_set(k * SETS + f, &mut out);
             }
         }
         out
@@ -443,7 +585,13 @@ impl FreeBins {
         for k in 0..CLASSES {
             let mut next = self.next_set(k, 0);
             while let Some(f) = next {
-                if let Some(id) = self.visit(self.roots[k * SETS + f], &mut pred) {
+                let s = k * SETS + f;
+                let found = if self.is_tree(s) {
+                    self.visit(self.roots[s], &mut pred)
+                } else {
+                    self.find_in_list(self.roots[s], 0, &mut pred)
+                };
+                if let Some(id) = found {
                     return Some(id);
                 }
                 next = self.next_set(k, f + 1);
@@ -468,6 +616,23 @@ impl FreeBins {
     #[cfg(test)]
     fn class_of(&self, id: u32) -> u8 {
         self.nodes[id as usize].class
+    }
+
+    /// The ids of root slot `s` in order.
+    fn collect_set(&self, s: usize, out: &mut Vec<u32>) {
+        if self.is_tree(s) {
+            self.collect(self.roots[s], out);
+            return;
+        }
+        let mut t = self.roots[s];
+        // Bounded, so that a broken list (`check` reports it) cannot loop forever.
+        for _ in 0..=LIST_MAX {
+            if t == NIL {
+                break;
+            }
+            out.push(t);
+            t = self.nodes[t as usize].child[1];
+        }
     }
 
     fn collect(&self, t: u32, out: &mut Vec<u32>) {
@@ -562,9 +727,15 @@ impl FreeBins {
         for s in 0..SLOTS {
             let (class, f) = ((s / SETS) as u8, s % SETS);
             let mut ids = Vec::new();
-            self.collect(self.roots[s], &mut ids);
+            self.collect_set(s, &mut ids);
             if ids.is_empty() != (self.non_empty[s / 64] & (1 << (s % 64)) == 0) {
                 return Err(format!("bitmap bit {s} disagrees with the bin"));
+            }
+            if ids.is_empty() && self.is_tree(s) {
+                return Err(format!("empty set {s} is marked a treap"));
+            }
+            if !self.is_tree(s) {
+                self.check_list(s, &ids)?;
             }
             for w in ids.windows(2) {
                 if self.key(w[0]) >= self.key(w[1]) {
@@ -583,7 +754,7 @@ impl FreeBins {
                     ));
                 }
                 for child in n.child {
-                    if child != NIL && self.nodes[child as usize].prio > n.prio {
+                    if self.is_tree(s) && child != NIL && self.nodes[child as usize].prio > n.prio {
                         return Err(format!("heap order broken under chunk {id}"));
                     }
                 }
@@ -592,6 +763,36 @@ impl FreeBins {
         }
         if total != self.len {
             return Err(format!("{total} chunks in bins but len is {}", self.len));
+        }
+        Ok(())
+    }
+
+    /// Checks list slot `s`, whose ids in order are `ids`: the head's length, the links both
+    /// ways, and the end.
+    fn check_list(&self, s: usize, ids: &[u32]) -> Result<(), String> {
+        let Some((&head, _)) = ids.split_first() else {
+            return Ok(());
+        };
+        let len = self.nodes[head as usize].prio;
+        if len as usize != ids.len() || len > LIST_MAX {
+            return Err(format!(
+                "list {s} holds {} chunks but its head says {len}",
+                ids.len()
+            ));
+        }
+        let last = ids[ids.len() - 1];
+        if self.nodes[last as usize].child[1] != NIL {
+            return Err(format!("list {s} goes on past {LIST_MAX} chunks"));
+        }
+        for (i, &id) in ids.iter().enumerate() {
+            let back = match i {
+                0 if ids.len() > 1 => last,
+                0 => NIL,
+                _ => ids[i - 1],
+            };
+            if self.nodes[id as usize].child[0] != back {
+                return Err(format!("chunk {id}'s back link in list {s} is wrong"));
+            }
         }
         Ok(())
     }

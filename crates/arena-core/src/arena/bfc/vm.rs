@@ -114,6 +114,17 @@ const DEAD_SHIFT: u32 = 11;
 /// among them is churn (the same pages out and back in), and grows the headroom instead.
 const CHURN_WINDOW: usize = 64;
 
+/// `pct` percent of `bytes`, rounded down (`u64::MAX` past it). The common path's pool
+/// fallback asks this on every miss: a 64-bit product divided by a constant where it fits,
+/// not a 128-bit division.
+#[inline]
+fn percent_of(bytes: u64, pct: u64) -> u64 {
+    match bytes.checked_mul(pct) {
+        Some(v) => v / 100,
+        None => u64::try_from(u128::from(bytes) * u128::from(pct) / 100).unwrap_or(u64::MAX),
+    }
+}
+
 impl Paged {
     /// The policy of `config` over `vm`. A page size that is not a multiple of the
     /// granularity is `ERR_ARENA_INVALID_CONFIG`.
@@ -193,11 +204,10 @@ impl Paged {
     }
 
     /// Mapped bytes the headroom allows for a peak of `peak` chunk bytes in use.
+    #[inline]
     fn cap(&self, peak: u64) -> u64 {
-        let pct =
-            |p: u64| u64::try_from(u128::from(peak) * u128::from(p) / 100).unwrap_or(u64::MAX);
-        let base = pct(self.headroom_percent);
-        let most = base.max(pct(self.churn_percent));
+        let base = percent_of(peak, self.headroom_percent);
+        let most = base.max(percent_of(peak, self.churn_percent));
         peak.saturating_add(base.saturating_add(self.slack).min(most))
     }
 
@@ -334,8 +344,7 @@ impl State {
     pub(super) fn vm_ceiling(&self, peak: u64) -> u64 {
         self.pages.as_deref().map_or(0, |p| {
             let pct = p.headroom_percent.max(p.churn_percent);
-            let over = u128::from(peak) * u128::from(pct) / 100;
-            peak.saturating_add(u64::try_from(over).unwrap_or(u64::MAX))
+            peak.saturating_add(percent_of(peak, pct))
         })
     }
 

@@ -291,3 +291,88 @@ fn many_random_inserts_and_removes_keep_the_structure_sound() {
         .min();
     assert_eq!(f.best_fit(300_000, |_| true), want.map(|k| k.2));
 }
+
+#[test]
+fn a_set_past_the_list_bound_becomes_a_treap_and_an_emptied_one_a_list_again() {
+    let mut f = FreeBins::new();
+    let s = slot(0, 256);
+    // Descending addresses: every insertion goes to the head, none walks.
+    for id in 0..=LIST_MAX {
+        assert!(!f.is_tree(s), "a list of {id}");
+        f.insert(id, 256, u64::from(LIST_MAX - id) << 8);
+        f.check().expect("consistent");
+    }
+    assert!(f.is_tree(s));
+    assert_eq!(f.best_fit(256, |_| true), Some(LIST_MAX));
+    for id in 0..=LIST_MAX {
+        assert!(f.remove(id));
+        f.check().expect("consistent");
+    }
+    assert!(!f.is_tree(s));
+    f.insert(0, 256, 0);
+    f.check().expect("consistent");
+}
+
+#[test]
+fn crowded_sets_answer_as_a_brute_force_search_after_every_operation() {
+    let mut f = FreeBins::new();
+    let mut live: Vec<(u32, u64, u64)> = Vec::new();
+    let mut seed = 4242u64;
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let mut fresh = 0u32;
+    let mut addr = 0u64;
+    for _ in 0..20_000 {
+        // Four sizes, three sets: sets fill past the list bound, empty and fill again.
+        let size = [256, 512, 768, 16_384 + 256][(next() % 4) as usize];
+        addr += 256 * (1 + next() % 8);
+        let a = if next() % 2 == 0 {
+            addr
+        } else {
+            u64::MAX / 2 - addr
+        };
+        match next() % 8 {
+            _ if live.len() < 4 => {}
+            0..=2 => {
+                let (id, ..) = live.swap_remove((next() as usize) % live.len());
+                assert!(f.remove(id));
+            }
+            3 => {
+                let k = (next() as usize) % live.len();
+                f.rekey(live[k].0, size, a);
+                live[k] = (live[k].0, size, a);
+                f.check().expect("consistent");
+                continue;
+            }
+            4 => {
+                let k = (next() as usize) % live.len();
+                f.replace(live[k].0, fresh, size, a);
+                live[k] = (fresh, size, a);
+                fresh += 1;
+                f.check().expect("consistent");
+                continue;
+            }
+            _ => {}
+        }
+        if live.len() < 200 {
+            f.insert(fresh, size, a);
+            live.push((fresh, size, a));
+            fresh += 1;
+        }
+        f.check().expect("consistent");
+        let min = [256, 512, 600, 16_384][(next() % 4) as usize];
+        let skip = next() % 3;
+        let accept = |id: u32| u64::from(id) % 3 != skip;
+        let want = live
+            .iter()
+            .filter(|k| k.1 >= min && accept(k.0))
+            .min_by_key(|k| (k.1, k.2))
+            .map(|k| k.0);
+        assert_eq!(f.best_fit(min, accept), want);
+    }
+    assert_eq!(f.len(), live.len());
+}

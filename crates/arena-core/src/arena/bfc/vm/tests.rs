@@ -72,3 +72,24 @@ fn a_mapping_that_fails_partway_says_how_much_it_had_mapped() {
     assert!(reason.contains("mapped already (given back)"), "{reason}");
     a.free(keep).expect("live");
 }
+
+#[test]
+fn percent_of_is_the_exact_floor_at_every_width() {
+    let exact =
+        |b: u64, p: u64| u64::try_from(u128::from(b) * u128::from(p) / 100).unwrap_or(u64::MAX);
+    for b in [
+        0,
+        1,
+        99,
+        100,
+        101,
+        1 << 32,
+        u64::MAX / 100,
+        u64::MAX / 3,
+        u64::MAX,
+    ] {
+        for p in [0, 1, 10, 30, 99, 100, 101, 1000, u64::MAX / 7, u64::MAX] {
+            assert_eq!(super::percent_of(b, p), exact(b, p), "{p} % of {b}");
+        }
+    }
+}
