@@ -25,7 +25,11 @@
 //! five times as often with one set per bin). A bitmap of non-empty sets, a word per 64,
 //! finds the next candidate set.
 
+mod list;
+mod treap;
+
 use crate::arena::bins::NUM_BINS;
+use treap::Hook;
 
 /// "No chunk".
 pub const NIL: u32 = u32::MAX;
@@ -53,8 +57,9 @@ const _: () = assert!(SETS.is_multiple_of(64), "a whole bitmap word per 64 sets"
 /// Roots of the sets of every class: class `k`'s set `f` is slot `k * SETS + f`.
 const SLOTS: usize = CLASSES * SETS;
 
-/// The most chunks a set holds as a list; one more makes it a treap. (8, 16 and 32 ran the
-/// thread benchmark's passes in about the same instructions; see docs/benchmarks.md.)
+/// The most chunks a set holds as a list; one more makes it a treap. (16 and 32 ran the thread
+/// benchmark's passes in about the same instructions and time, 8 in 4 % more instructions;
+/// docs/benchmarks.md, "Sixth session".)
 const LIST_MAX: u32 = 16;
 
 /// The set of a chunk of `size` bytes within its class: a 32nd of the power of two of
@@ -89,14 +94,6 @@ fn class_index(class: u8) -> usize {
 #[inline(always)]
 fn slot(class: u8, size: u64) -> usize {
     class_index(class) * SETS + set_for_size(size)
-}
-
-/// A place a subtree hangs from.
-#[derive(Debug, Clone, Copy)]
-enum Hook {
-    Root(usize),
-    /// `Child(n, 0)` is node `n`'s left subtree, `Child(n, 1)` its right.
-    Child(u32, usize),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -189,17 +186,6 @@ impl FreeBins {
         (u128::from(n.size) << 64) | u128::from(n.addr)
     }
 
-    #[inline]
-    fn next_prio(&mut self) -> u32 {
-        // xorshift32: priorities only need to be unrelated to the keys.
-        let mut x = self.rng;
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
-        self.rng = x;
-        x
-    }
-
     #[inline(always)]
     fn mark(&mut self, s: usize) {
         self.non_empty[s / 64] |= 1 << (s % 64);
@@ -260,87 +246,6 @@ impl FreeBins {
             }
         }
         self.len += 1;
-    }
-
-    /// Puts chunk `id` (its node filled in, in no set) in list slot `b`, which is not empty,
-    /// in `(size, address)` order.
-    #[inline(always)]
-    fn insert_in_list(&mut self, b: usize, id: u32) {
-        let key = self.key128(id);
-        let head = self.roots[b];
-        let (len, tail) = {
-            let h = &self.nodes[head as usize];
-            (h.prio, if h.child[0] == NIL { head } else { h.child[0] })
-        };
-        if key < self.key128(head) {
-            self.nodes[id as usize].child = [tail, head];
-            self.nodes[id as usize].prio = len + 1;
-            self.nodes[head as usize].child[0] = id;
-            self.roots[b] = id;
-            return;
-        }
-        self.nodes[head as usize].prio = len + 1;
-        // Past the tail (frees in address order), no walk.
-        let (mut prev, mut next) = if key > self.key128(tail) {
-            (tail, NIL)
-        } else {
-            (head, self.nodes[head as usize].child[1])
-        };
-        while next != NIL && self.key128(next) < key {
-            prev = next;
-            next = self.nodes[next as usize].child[1];
-        }
-        self.nodes[id as usize].child = [prev, next];
-        self.nodes[prev as usize].child[1] = id;
-        // The chunk after the new one links back to it; at the end, the head does.
-        let back = if next == NIL { head } else { next };
-        self.nodes[back as usize].child[0] = id;
-    }
-
-    /// Takes chunk `id` out of list slot `b`, which holds at least one other chunk.
-    #[inline(always)]
-    fn remove_from_list(&mut self, b: usize, id: u32) {
-        let head = self.roots[b];
-        let [prev, next] = self.nodes[id as usize].child;
-        let len = self.nodes[head as usize].prio - 1;
-        if id == head {
-            // `prev` is the tail; the next chunk becomes the head.
-            self.roots[b] = next;
-            let n = &mut self.nodes[next as usize];
-            n.child[0] = if prev == next { NIL } else { prev };
-            n.prio = len;
-        } else {
-            self.nodes[head as usize].prio = len;
-            self.nodes[prev as usize].child[1] = next;
-            // The chunk after links back to the one before; for the tail, the head does.
-            let (back, to) = match next {
-                NIL if prev == head => (head, NIL),
-                NIL => (head, prev),
-                n => (n, prev),
-            };
-            self.nodes[back as usize].child[0] = to;
-        }
-    }
-
-    /// Turns list slot `b` into a treap of the same chunks.
-    #[cold]
-    #[inline(never)]
-    fn make_tree(&mut self, b: usize) {
-        let mut ids = Vec::with_capacity(LIST_MAX as usize);
-        self.collect_set(b, &mut ids);
-        self.roots[b] = NIL;
-        self.trees[b / 64] |= 1 << (b % 64);
-        for id in ids {
-            let prio = self.next_prio();
-            let n = &mut self.nodes[id as usize];
-            n.child = [NIL; 2];
-            n.prio = prio;
-            if self.roots[b] == NIL {
-                self.roots[b] = id;
-            } else {
-                self.insert_at(Hook::Root(b), id);
-            }
-        }
     }
 
     /// Removes chunk `id` from its bin. Returns false if it was not in one.
@@ -522,52 +427,6 @@ impl FreeBins {
         None
     }
 
-    /// The first chunk of at least `min_size` bytes that `accept` takes in list `t`.
-    fn find_in_list(
-        &self,
-        mut t: u32,
-        min_size: u64,
-        accept: &mut impl FnMut(u32) -> bool,
-    ) -> Option<u32> {
-        while t != NIL {
-            let n = &self.nodes[t as usize];
-            if n.size >= min_size && accept(t) {
-                return Some(t);
-            }
-            t = n.child[1];
-        }
-        None
-    }
-
-    /// The first chunk of at least `min_size` bytes in `(size, address)` order under `t`.
-    fn lower_bound(&self, mut t: u32, min_size: u64) -> u32 {
-        let mut best = NIL;
-        while t != NIL {
-            let n = &self.nodes[t as usize];
-            let fits = n.size >= min_size;
-            best = if fits { t } else { best };
-            t = n.child[usize::from(!fits)];
-        }
-        best
-    }
-
-    fn find(&self, t: u32, min_size: u64, accept: &mut impl FnMut(u32) -> bool) -> Option<u32> {
-        if t == NIL {
-            return None;
-        }
-        let n = self.nodes[t as usize];
-        if n.size < min_size {
-            return self.find(n.child[1], min_size, accept);
-        }
-        if let Some(id) = self.find(n.child[0], min_size, accept) {
-            return Some(id);
-        }
-        if accept(t) {
-            return Some(t);
-        }
-        self.find(n.child[1], min_size, accept)
-    }
-
     /// Ids in bin `b` of every class: class by class, each in `(size, address)` order.
     pub fn bin_ids(&self, b: usize) -> Vec<u32> {
         let mut out = Vec::new();
@@ -600,18 +459,6 @@ impl FreeBins {
         None
     }
 
-    fn visit(&self, t: u32, pred: &mut impl FnMut(u32) -> bool) -> Option<u32> {
-        if t == NIL {
-            return None;
-        }
-        if pred(t) {
-            return Some(t);
-        }
-        let n = &self.nodes[t as usize];
-        let [l, r] = n.child;
-        self.visit(l, pred).or_else(|| self.visit(r, pred))
-    }
-
     /// The class of chunk `id`, which is in a bin.
     #[cfg(test)]
     fn class_of(&self, id: u32) -> u8 {
@@ -632,91 +479,6 @@ impl FreeBins {
             }
             out.push(t);
             t = self.nodes[t as usize].child[1];
-        }
-    }
-
-    fn collect(&self, t: u32, out: &mut Vec<u32>) {
-        if t != NIL {
-            let n = self.nodes[t as usize];
-            self.collect(n.child[0], out);
-            out.push(t);
-            self.collect(n.child[1], out);
-        }
-    }
-
-    /// Where a subtree hangs: a bin's root, or a node's left or right child.
-    #[inline]
-    fn get(&self, hook: Hook) -> u32 {
-        match hook {
-            Hook::Root(b) => self.roots[b],
-            Hook::Child(n, d) => self.nodes[n as usize].child[d],
-        }
-    }
-
-    #[inline]
-    fn set(&mut self, hook: Hook, v: u32) {
-        match hook {
-            Hook::Root(b) => self.roots[b] = v,
-            Hook::Child(n, d) => self.nodes[n as usize].child[d] = v,
-        }
-    }
-
-    /// Treap insertion of `id` (its node filled in) under `hook`, without recursion: descend
-    /// to the first node of lower priority, then split that subtree around the new key.
-    fn insert_at(&mut self, mut hook: Hook, id: u32) {
-        let (key, prio) = (self.key128(id), self.nodes[id as usize].prio);
-        let mut t = self.get(hook);
-        while t != NIL && self.nodes[t as usize].prio >= prio {
-            hook = Hook::Child(t, usize::from(key > self.key128(t)));
-            t = self.get(hook);
-        }
-        // Split subtree `t`: keys below `key` go left of `id`, the rest right of it. `hooks[0]`
-        // is where the next smaller subtree hangs, `hooks[1]` the next larger one.
-        let mut hooks = [Hook::Child(id, 0), Hook::Child(id, 1)];
-        while t != NIL {
-            let larger = usize::from(self.key128(t) > key);
-            // A smaller node hangs on the left hook and passes it its right subtree; a larger
-            // one the other way round.
-            self.set(hooks[larger], t);
-            hooks[larger] = Hook::Child(t, 1 - larger);
-            t = self.nodes[t as usize].child[1 - larger];
-        }
-        self.set(hooks[0], NIL);
-        self.set(hooks[1], NIL);
-        self.set(hook, id);
-    }
-
-    /// Treap removal of `id` from the tree under `hook`, without recursion: find it, then
-    /// merge its two subtrees into its place.
-    fn remove_at(&mut self, mut hook: Hook, id: u32) {
-        let key = self.key128(id);
-        loop {
-            let t = self.get(hook);
-            debug_assert!(t != NIL, "chunk {id} not found in its bin");
-            if t == NIL || t == id {
-                break;
-            }
-            hook = Hook::Child(t, usize::from(key > self.key128(t)));
-        }
-        let [mut a, mut b] = self.nodes[id as usize].child;
-        loop {
-            if a == NIL {
-                self.set(hook, b);
-                return;
-            }
-            if b == NIL {
-                self.set(hook, a);
-                return;
-            }
-            if self.nodes[a as usize].prio > self.nodes[b as usize].prio {
-                self.set(hook, a);
-                hook = Hook::Child(a, 1);
-                a = self.nodes[a as usize].child[1];
-            } else {
-                self.set(hook, b);
-                hook = Hook::Child(b, 0);
-                b = self.nodes[b as usize].child[0];
-            }
         }
     }
 
@@ -763,36 +525,6 @@ impl FreeBins {
         }
         if total != self.len {
             return Err(format!("{total} chunks in bins but len is {}", self.len));
-        }
-        Ok(())
-    }
-
-    /// Checks list slot `s`, whose ids in order are `ids`: the head's length, the links both
-    /// ways, and the end.
-    fn check_list(&self, s: usize, ids: &[u32]) -> Result<(), String> {
-        let Some((&head, _)) = ids.split_first() else {
-            return Ok(());
-        };
-        let len = self.nodes[head as usize].prio;
-        if len as usize != ids.len() || len > LIST_MAX {
-            return Err(format!(
-                "list {s} holds {} chunks but its head says {len}",
-                ids.len()
-            ));
-        }
-        let last = ids[ids.len() - 1];
-        if self.nodes[last as usize].child[1] != NIL {
-            return Err(format!("list {s} goes on past {LIST_MAX} chunks"));
-        }
-        for (i, &id) in ids.iter().enumerate() {
-            let back = match i {
-                0 if ids.len() > 1 => last,
-                0 => NIL,
-                _ => ids[i - 1],
-            };
-            if self.nodes[id as usize].child[0] != back {
-                return Err(format!("chunk {id}'s back link in list {s} is wrong"));
-            }
         }
         Ok(())
     }
