@@ -11,7 +11,8 @@
 # Env: OUT (default ./pair-out), VM_CONF (default arena.use_virtual_memory=1), TRACES (default
 # all eight), PROCESSES (9 per trace; the two allocators swap places A/B every other one),
 # ROUNDS (4 timed passes each per process), BACKEND (cuda; virtual runs it all on a machine
-# without a GPU, against a stub libcudart, to try the script).
+# without a GPU: CUDA_HOME=$(bash scripts/gpu/stub-cudart/stub.sh) BACKEND=virtual, against
+# the stand-in libcudart there; the ratios of the C ABI path, not the GPU's times).
 # Out: OUT/pairs.jsonl (a line per process) and OUT/pairs.md, a row per trace: the median
 # over processes of (new mode ÷ today's) and its range; last line "pair-bars: PASS" when
 # every trace's median ratio is at most 1, else FAIL.
