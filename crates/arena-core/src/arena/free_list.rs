@@ -9,7 +9,8 @@
 //!
 //! Each set is intrusive over chunk ids: the nodes live in one vector indexed by id, so
 //! inserting and removing never allocate once the vector has grown, and a bin with one chunk
-//! costs a root store. A set of at most [`LIST_MAX`] chunks is a list in key order, whose
+//! costs a root store. A set of at most [`LIST_MAX`] chunks of one size, or
+//! [`MIXED_LIST_MAX`] of several, is a list in key order, whose
 //! removals cost a few stores and whose insertions a short walk; a set that would grow past
 //! that becomes a treap until it is empty again. Both keep the one order, so which a set is
 //! changes no answer (the virtual-memory mode, which cuts every chunk to size, spent a sixth
@@ -57,10 +58,32 @@ const _: () = assert!(SETS.is_multiple_of(64), "a whole bitmap word per 64 sets"
 /// Roots of the sets of every class: class `k`'s set `f` is slot `k * SETS + f`.
 const SLOTS: usize = CLASSES * SETS;
 
-/// The most chunks a set holds as a list; one more makes it a treap. (16 and 32 ran the thread
-/// benchmark's passes in about the same instructions and time, 8 in 4 % more instructions;
-/// docs/benchmarks.md, "Sixth session".)
-const LIST_MAX: u32 = 16;
+/// The most chunks a set of one size holds as a list (sets under [`EXACT_SETS`]); one more
+/// makes it a treap. Chunks of one size differ only by address, and frees that come in
+/// address order (or its reverse) are put at the tail (or the head) without a walk. Through
+/// the C ABI on the GPU benchmark's `small` trace, whose sets hold hundreds of chunks of a
+/// size, 16 / 32 / 64 / 128 ran 1.16 / 1.10 / 1.04 / 0.98x b0e0844's default (docs/benchmarks.md,
+/// "Sixth session").
+const LIST_MAX: u32 = 64;
+
+/// The most chunks a set of several sizes holds as a list: the walk to the lower bound of a
+/// request is as long as the list. (16 and 32 ran the thread benchmark's passes in the same
+/// instructions and time, 8 in 4 % more instructions.)
+const MIXED_LIST_MAX: u32 = 16;
+
+/// Sets below this hold chunks of one size each when sizes are multiples of 256 (a 32nd of a
+/// power of two is at most 256 bytes below 16 KiB).
+const EXACT_SETS: usize = (SUB_BITS + 1) * SUB;
+
+/// The most chunks root slot `s` holds as a list.
+#[inline(always)]
+fn list_max(s: usize) -> u32 {
+    if s % SETS < EXACT_SETS {
+        LIST_MAX
+    } else {
+        MIXED_LIST_MAX
+    }
+}
 
 /// The set of a chunk of `size` bytes within its class: a 32nd of the power of two of
 /// `max(size, 256) / 256`, so that sets ascend with size and set `f` lies within bin
@@ -235,7 +258,7 @@ impl FreeBins {
             self.roots[b] = id;
             self.mark(b);
         } else {
-            if !self.is_tree(b) && self.nodes[root as usize].prio >= LIST_MAX {
+            if !self.is_tree(b) && self.nodes[root as usize].prio >= list_max(b) {
                 self.make_tree(b);
             }
             if self.is_tree(b) {

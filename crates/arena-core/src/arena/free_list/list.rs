@@ -1,8 +1,8 @@
-//! A set of at most [`LIST_MAX`] free chunks: a list in `(size, address)` order, through the
+//! A short set of free chunks ([`list_max`]): a list in `(size, address)` order, through the
 //! nodes' `child` links (the previous chunk, the head's being the tail, and the next), the
 //! head's `prio` holding the length. Removing costs a few stores; inserting, a short walk.
 
-use super::{FreeBins, LIST_MAX, NIL};
+use super::{list_max, FreeBins, NIL};
 
 impl FreeBins {
     /// Puts chunk `id` (its node filled in, in no set) in list slot `b`, which is not empty,
@@ -89,7 +89,7 @@ impl FreeBins {
             return Ok(());
         };
         let len = self.nodes[head as usize].prio;
-        if len as usize != ids.len() || len > LIST_MAX {
+        if len as usize != ids.len() || len > list_max(s) {
             return Err(format!(
                 "list {s} holds {} chunks but its head says {len}",
                 ids.len()
@@ -97,7 +97,7 @@ impl FreeBins {
         }
         let last = ids[ids.len() - 1];
         if self.nodes[last as usize].child[1] != NIL {
-            return Err(format!("list {s} goes on past {LIST_MAX} chunks"));
+            return Err(format!("list {s} goes on past {} chunks", list_max(s)));
         }
         for (i, &id) in ids.iter().enumerate() {
             let back = match i {

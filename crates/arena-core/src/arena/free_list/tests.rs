@@ -294,23 +294,31 @@ fn many_random_inserts_and_removes_keep_the_structure_sound() {
 
 #[test]
 fn a_set_past_the_list_bound_becomes_a_treap_and_an_emptied_one_a_list_again() {
-    let mut f = FreeBins::new();
-    let s = slot(0, 256);
-    // Descending addresses: every insertion goes to the head, none walks.
-    for id in 0..=LIST_MAX {
-        assert!(!f.is_tree(s), "a list of {id}");
-        f.insert(id, 256, u64::from(LIST_MAX - id) << 8);
+    // A set of one size (256 bytes) and one of several (16 KiB + 256 onwards).
+    for size in [256, 16_640] {
+        let mut f = FreeBins::new();
+        let s = slot(0, size);
+        let bound = list_max(s);
+        // Descending addresses: every insertion goes to the head, none walks.
+        for id in 0..=bound {
+            assert!(!f.is_tree(s), "a list of {id}");
+            f.insert(id, size, u64::from(bound - id) << 16);
+            f.check().expect("consistent");
+        }
+        assert!(f.is_tree(s), "{size}");
+        assert_eq!(f.best_fit(size, |_| true), Some(bound));
+        for id in 0..=bound {
+            assert!(f.remove(id));
+            f.check().expect("consistent");
+        }
+        assert!(!f.is_tree(s));
+        f.insert(0, size, 0);
         f.check().expect("consistent");
     }
-    assert!(f.is_tree(s));
-    assert_eq!(f.best_fit(256, |_| true), Some(LIST_MAX));
-    for id in 0..=LIST_MAX {
-        assert!(f.remove(id));
-        f.check().expect("consistent");
-    }
-    assert!(!f.is_tree(s));
-    f.insert(0, 256, 0);
-    f.check().expect("consistent");
+    assert_eq!(
+        (list_max(slot(0, 256)), list_max(slot(1, 16_640))),
+        (LIST_MAX, MIXED_LIST_MAX)
+    );
 }
 
 #[test]
@@ -327,7 +335,8 @@ fn crowded_sets_answer_as_a_brute_force_search_after_every_operation() {
     let mut fresh = 0u32;
     let mut addr = 0u64;
     for _ in 0..20_000 {
-        // Four sizes, three sets: sets fill past the list bound, empty and fill again.
+        // Four sizes, four sets (three of one size): sets fill past their list bounds, empty
+        // and fill again.
         let size = [256, 512, 768, 16_384 + 256][(next() % 4) as usize];
         addr += 256 * (1 + next() % 8);
         let a = if next() % 2 == 0 {
@@ -358,7 +367,7 @@ fn crowded_sets_answer_as_a_brute_force_search_after_every_operation() {
             }
             _ => {}
         }
-        if live.len() < 200 {
+        if live.len() < 400 {
             f.insert(fresh, size, a);
             live.push((fresh, size, a));
             fresh += 1;

@@ -1,4 +1,4 @@
-//! A set past [`LIST_MAX`] free chunks: an intrusive treap over the nodes'
+//! A set past its list bound ([`list_max`](super::list_max)): an intrusive treap over the nodes'
 //! `child` links and `prio`, walked without recursion where the common path walks it.
 
 use super::{FreeBins, LIST_MAX, NIL};
