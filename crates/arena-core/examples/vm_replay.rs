@@ -1,5 +1,6 @@
 //! Replays traces through the region arena and the virtual-memory arena on the `virtual`
-//! backend and prints held/requested, driver calls and ns/op per pass, for choosing the
+//! backend and prints held/requested, driver calls, ns/op and allocations off the common path
+//! (`slow`, [`Arena::slow_allocations`]) per pass, for choosing the
 //! virtual-memory mode's defaults (docs/virtual-memory.md):
 //!
 //! `cargo run --release -p cuda-arena-core --example vm_replay -- TRACE... [-- k=v ...]`
@@ -165,6 +166,7 @@ fn run(name: &str, trace: &[TraceOp], pairs: &[(String, String)], vm: bool) -> R
     let mut peak_req = 0u64;
     for pass in 0..passes.max(1) {
         let before = raw.raw_stats();
+        let slow_before = arena.slow_allocations();
         let pages_before = (
             counting.mapped.load(std::sync::atomic::Ordering::Relaxed),
             counting.unmapped.load(std::sync::atomic::Ordering::Relaxed),
@@ -195,12 +197,13 @@ fn run(name: &str, trace: &[TraceOp], pairs: &[(String, String)], vm: bool) -> R
             );
         }
         line += &format!(
-            " | p{pass} {:.0} ns/op maps {}/{}p unmaps {}/{}p",
+            " | p{pass} {:.0} ns/op maps {}/{}p unmaps {}/{}p slow {}",
             r.ns_per_op(),
             after.raw_allocs - before.raw_allocs,
             pages.0,
             after.raw_frees - before.raw_frees,
-            pages.1
+            pages.1,
+            arena.slow_allocations() - slow_before
         );
     }
     arena.check_invariants()?;

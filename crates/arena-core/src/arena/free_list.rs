@@ -9,10 +9,10 @@
 //!
 //! Each set is intrusive over chunk ids: the nodes live in one vector indexed by id, so
 //! inserting and removing never allocate once the vector has grown, and a bin with one chunk
-//! costs a root store. A set of at most [`LIST_MAX`] chunks of one size, or
-//! [`MIXED_LIST_MAX`] of several, is a list in key order, whose
-//! removals cost a few stores and whose insertions a short walk; a set that would grow past
-//! that becomes a treap until it is empty again. Both keep the one order, so which a set is
+//! costs a root store. A set of at most 64 chunks of one size, or 16 of several
+//! (`LIST_MAX`, `MIXED_LIST_MAX`), is a list in key order, whose removals cost a few stores
+//! and whose insertions a short walk; a set that would grow past that becomes a treap until
+//! it is empty again. Both keep the one order, so which a set is
 //! changes no answer (the virtual-memory mode, which cuts every chunk to size, spent a sixth
 //! of its instructions on the thread benchmark in treap descents, most in sets of a few
 //! chunks).
