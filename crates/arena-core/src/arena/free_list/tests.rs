@@ -2,6 +2,16 @@
 
 use super::*;
 
+/// A xorshift64 sequence from `seed`: the random tests' operations, the same on every run.
+fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+    move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    }
+}
+
 #[test]
 fn sets_ascend_with_size_and_each_lies_in_one_bin() {
     use crate::arena::bins::{bin_for_size, bin_size};
@@ -130,20 +140,14 @@ fn random_rekeys_and_replacements_keep_the_order_and_the_best_fit() {
     let mut f = FreeBins::new();
     // Chunk id -> its key, for the brute-force answer.
     let mut live: Vec<(u32, u64, u64)> = Vec::new();
-    let mut seed = 777u64;
-    let mut next = || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut next = xorshift(777);
     let mut fresh = 0u32;
     for _ in 0..5000 {
         // Small size steps, so keys often stay between their neighbours (in place) and
         // sometimes pass them (moved).
         let size = 256 * (1 + next() % 64);
         let addr = (next() % (1 << 30)) << 8;
-        if live.len() < 50 || next() % 4 == 0 {
+        if live.len() < 50 || next().is_multiple_of(4) {
             f.insert(fresh, size, addr);
             live.push((fresh, size, addr));
             fresh += 1;
@@ -159,7 +163,7 @@ fn random_rekeys_and_replacements_keep_the_order_and_the_best_fit() {
         if live.iter().any(|&(_, _, a)| a == addr) && addr != old_addr {
             continue;
         }
-        if next() % 2 == 0 {
+        if next().is_multiple_of(2) {
             f.rekey(id, size, addr);
             live[k] = (id, size, addr);
         } else {
@@ -265,15 +269,9 @@ fn remove_unlinks_and_reports_absence() {
 fn many_random_inserts_and_removes_keep_the_structure_sound() {
     let mut f = FreeBins::new();
     let mut live = Vec::new();
-    let mut seed = 12345u64;
-    let mut next = || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut next = xorshift(12345);
     for id in 0..2000u32 {
-        if next() % 3 == 0 && !live.is_empty() {
+        if next().is_multiple_of(3) && !live.is_empty() {
             let k = (next() as usize) % live.len();
             let gone: u32 = live.swap_remove(k);
             assert!(f.remove(gone));
@@ -325,13 +323,7 @@ fn a_set_past_the_list_bound_becomes_a_treap_and_an_emptied_one_a_list_again() {
 fn crowded_sets_answer_as_a_brute_force_search_after_every_operation() {
     let mut f = FreeBins::new();
     let mut live: Vec<(u32, u64, u64)> = Vec::new();
-    let mut seed = 4242u64;
-    let mut next = || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut next = xorshift(4242);
     let mut fresh = 0u32;
     let mut addr = 0u64;
     for _ in 0..20_000 {
@@ -339,7 +331,7 @@ fn crowded_sets_answer_as_a_brute_force_search_after_every_operation() {
         // and fill again.
         let size = [256, 512, 768, 16_384 + 256][(next() % 4) as usize];
         addr += 256 * (1 + next() % 8);
-        let a = if next() % 2 == 0 {
+        let a = if next().is_multiple_of(2) {
             addr
         } else {
             u64::MAX / 2 - addr
