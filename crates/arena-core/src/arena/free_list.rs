@@ -12,10 +12,9 @@
 //! costs a root store. A set of at most 64 chunks of one size, or 16 of several
 //! (`LIST_MAX`, `MIXED_LIST_MAX`), is a list in key order, whose removals cost a few stores
 //! and whose insertions a short walk; a set that would grow past that becomes a treap until
-//! it is empty again. Both keep the one order, so which a set is
-//! changes no answer (the virtual-memory mode, which cuts every chunk to size, spent a sixth
-//! of its instructions on the thread benchmark in treap descents, most in sets of a few
-//! chunks).
+//! it is empty again. Both keep the one order, so which form a set has changes no answer
+//! (the virtual-memory mode, which cuts every chunk to size, spent a sixth of its
+//! instructions on the thread benchmark in treap descents, most in sets of a few chunks).
 //!
 //! Inside, each of ONNX Runtime's power-of-two bins is 32 sets of a 32nd of its size
 //! range (and the last, unbounded bin 32 sets per power of two up to 2^48 bytes):
@@ -62,13 +61,15 @@ const SLOTS: usize = CLASSES * SETS;
 /// makes it a treap. Chunks of one size differ only by address, and frees that come in
 /// address order (or its reverse) are put at the tail (or the head) without a walk. Through
 /// the C ABI on the GPU benchmark's `small` trace, whose sets hold hundreds of chunks of a
-/// size, 16 / 32 / 64 / 128 ran 1.16 / 1.10 / 1.04 / 0.98x b0e0844's default (docs/benchmarks.md,
-/// "Sixth session").
+/// size, a bound of 16 / 32 / 64 / 128 for every set ran 1.16 / 1.10 / 1.04 / 0.98x
+/// b0e0844's default in pairs on the development machine (docs/benchmarks.md, "Sixth
+/// session"); past 64, the walks grow with the bound.
 const LIST_MAX: u32 = 64;
 
 /// The most chunks a set of several sizes holds as a list: the walk to the lower bound of a
-/// request is as long as the list. (16 and 32 ran the thread benchmark's passes in the same
-/// instructions and time, 8 in 4 % more instructions.)
+/// request is as long as the list. (As the bound for every set, 16 and 32 ran the thread
+/// benchmark's passes in the same instructions and time, 8 in 4 % more instructions; on the
+/// C ABI's `mixed` pairs 8, 16 and 32 measured alike.)
 const MIXED_LIST_MAX: u32 = 16;
 
 /// Sets below this hold chunks of one size each when sizes are multiples of 256 (a 32nd of a
