@@ -680,11 +680,20 @@ fn reusable_if_waited(
     hosted: &HostedStreams,
     waited_past: impl FnOnce(StreamId, u64) -> bool,
 ) -> bool {
-    c.stream == consumer
-        || c.stream == 0
-        || hosted
-            .events(c.stream)
-            .is_some_and(|events| events.is_complete(c.sync_id))
+    c.stream == consumer || c.stream == 0 || reusable_from_elsewhere(c, hosted, waited_past)
+}
+
+/// [`reusable_if_waited`] for a chunk of another stream, out of line: the common case (the
+/// consumer's own chunk) stays a comparison wherever a search tests a chunk.
+#[inline(never)]
+fn reusable_from_elsewhere(
+    c: &Chunk,
+    hosted: &HostedStreams,
+    waited_past: impl FnOnce(StreamId, u64) -> bool,
+) -> bool {
+    hosted
+        .events(c.stream)
+        .is_some_and(|events| events.is_complete(c.sync_id))
         || waited_past(c.stream, c.sync_id)
 }
 

@@ -4,7 +4,9 @@ use crate::arena::free_list::NIL;
 use crate::streams::stream::StreamId;
 
 /// One piece of a region. Chunks of a region tile it exactly, linked in address order.
+/// Aligned to a cache line, which it fills: a chunk read is one line, not two.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(align(64))]
 pub struct Chunk {
     /// First byte; region base plus a multiple of 256.
     pub addr: u64,
@@ -32,6 +34,11 @@ pub struct Chunk {
     /// Ordinal of the allocation holding it (for logs); meaningless while free.
     pub alloc_id: u64,
 }
+
+const _: () = assert!(
+    std::mem::size_of::<Chunk>() == 64,
+    "a chunk is one cache line"
+);
 
 /// Chunks by id; ids of removed chunks are reused.
 #[derive(Debug, Default)]

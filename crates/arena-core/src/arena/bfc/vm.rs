@@ -219,8 +219,9 @@ impl Paged {
         if self.churn_percent <= self.headroom_percent {
             return 0;
         }
-        let budget = in_use >> DEAD_SHIFT;
-        budget - budget % self.page()
+        // Pages are a power of two (checked where the table is made): a mask, not a division,
+        // on this path of every near fit.
+        (in_use >> DEAD_SHIFT) & !(self.page() - 1)
     }
 
     /// Bytes of `[lo, hi)` in range `slot` that the headroom unmapped lately.

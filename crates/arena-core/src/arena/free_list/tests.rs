@@ -34,16 +34,16 @@ fn sets_ascend_with_size_and_each_lies_in_one_bin() {
             "{size}"
         );
     }
-    // Thirty-two sets per bin below the last: from bin 5 (8 KiB) on, chunk sizes
+    // Sixty-four sets per bin below the last: from bin 6 (16 KiB) on, chunk sizes
     // (multiples of 256) of a bin fall in sets of their own, 256 bytes apart; below,
     // fewer sizes spread over the bin's sets.
-    let firsts: Vec<usize> = (0..=32).map(|i| set_for_size(8192 + 256 * i)).collect();
-    assert_eq!(firsts, (160..=192).collect::<Vec<_>>());
+    let firsts: Vec<usize> = (0..=64).map(|i| set_for_size(16_384 + 256 * i)).collect();
+    assert_eq!(firsts, (384..=448).collect::<Vec<_>>());
     assert_eq!(
         [1024, 1280, 1536, 1792, 2048].map(set_for_size),
-        [64, 72, 80, 88, 96]
+        [128, 144, 160, 176, 192]
     );
-    assert_eq!(set_for_size(bin_size(20)), 640);
+    assert_eq!(set_for_size(bin_size(20)), 1280);
     assert_eq!(set_for_size(u64::MAX), SETS - 1);
 }
 
@@ -220,15 +220,15 @@ fn find_any_sees_every_chunk_of_every_class_and_stops_at_the_first_taken() {
 
 #[test]
 fn the_next_non_empty_set_is_found_across_bitmap_words() {
-    // The smallest size of set `f` (from bin 5 on, where every set has sizes of its own):
-    // its power of two and its 32nd within it.
+    // The smallest size of set `f` (from bin 6 on, where every set has sizes of its own):
+    // its power of two and its 64th within it.
     let first_size = |f: usize| -> u64 {
         let (log2, sub) = (f / SUB, (f % SUB) as u64);
         (256u64 << log2) + ((256u64 << log2) / SUB as u64) * sub
     };
     let mut f = FreeBins::new();
     // Sets at both sides of every word boundary the searches below cross, and the last.
-    let sets = [191usize, 192, 255, 256, 319, 320, SETS - 1];
+    let sets = [447usize, 448, 511, 512, 575, 576, SETS - 1];
     for (id, &set) in sets.iter().enumerate() {
         let size = if set == SETS - 1 {
             !255u64
@@ -292,8 +292,8 @@ fn many_random_inserts_and_removes_keep_the_structure_sound() {
 
 #[test]
 fn a_set_past_the_list_bound_becomes_a_treap_and_an_emptied_one_a_list_again() {
-    // A set of one size (256 bytes) and one of several (16 KiB + 256 onwards).
-    for size in [256, 16_640] {
+    // A set of one size (256 bytes) and one of several (32 KiB + 256 and 32 KiB + 512).
+    for size in [256, 33_024] {
         let mut f = FreeBins::new();
         let s = slot(0, size);
         let bound = list_max(s);
@@ -314,7 +314,7 @@ fn a_set_past_the_list_bound_becomes_a_treap_and_an_emptied_one_a_list_again() {
         f.check().expect("consistent");
     }
     assert_eq!(
-        (list_max(slot(0, 256)), list_max(slot(1, 16_640))),
+        (list_max(slot(0, 256)), list_max(slot(1, 33_024))),
         (LIST_MAX, MIXED_LIST_MAX)
     );
 }
@@ -329,7 +329,7 @@ fn crowded_sets_answer_as_a_brute_force_search_after_every_operation() {
     for _ in 0..20_000 {
         // Four sizes, four sets (three of one size): sets fill past their list bounds, empty
         // and fill again.
-        let size = [256, 512, 768, 16_384 + 256][(next() % 4) as usize];
+        let size = [256, 512, 768, 32_768 + 256][(next() % 4) as usize];
         addr += 256 * (1 + next() % 8);
         let a = if next().is_multiple_of(2) {
             addr
@@ -365,7 +365,7 @@ fn crowded_sets_answer_as_a_brute_force_search_after_every_operation() {
             fresh += 1;
         }
         f.check().expect("consistent");
-        let min = [256, 512, 600, 16_384][(next() % 4) as usize];
+        let min = [256, 512, 600, 32_768][(next() % 4) as usize];
         let skip = next() % 3;
         let accept = |id: u32| u64::from(id) % 3 != skip;
         let want = live
