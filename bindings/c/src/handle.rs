@@ -153,6 +153,7 @@ unsafe fn create(
     let created = factory.create_allocator(MemoryInfo::new(kind, device), Some(&config))?;
     let handle = Handle {
         factory,
+        stream_aware: created.allocator.is_stream_aware(),
         allocator: created.allocator,
         streams: created.streams,
     };
@@ -277,7 +278,7 @@ pub extern "C" fn cuda_arena_alloc_on_stream(
             if cu_stream.is_null() {
                 return h.allocator.alloc(size as u64);
             }
-            if !h.allocator.is_stream_aware() {
+            if !h.stream_aware {
                 // Checked before the token is remembered.
                 return Err(invalid(format!(
                     "the allocator for {} has no streams; use cuda_arena_alloc",

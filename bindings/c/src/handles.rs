@@ -46,6 +46,9 @@ const MAX_GENERATION: usize = usize::MAX >> INDEX_BITS;
 pub(crate) struct Handle {
     pub(crate) factory: Arc<Factory>,
     pub(crate) allocator: Arc<dyn Allocator>,
+    /// `allocator.is_stream_aware()`, which never changes: asked once, not on every
+    /// allocation on a stream.
+    pub(crate) stream_aware: bool,
     /// The host's stream tokens, shared by every user of the allocator.
     pub(crate) streams: Arc<ForeignStreams>,
 }
