@@ -79,11 +79,7 @@ impl<R: RawAllocator> Allocator for Arena<R> {
             if let Some(id) = st.live.remove(addr) {
                 st.mark_hosted_free(id);
                 st.release_chunk(id);
-                if let Some(vm) = &self.vm {
-                    let before = st.held();
-                    st.vm_after_free(&**vm);
-                    self.subs.follow_budget(before, st.held());
-                }
+                self.after_free(&mut st);
                 return Ok(());
             }
         }

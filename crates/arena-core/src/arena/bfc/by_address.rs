@@ -37,11 +37,7 @@ impl<R: RawAllocator> Arena<R> {
             Some(id) => {
                 st.mark_hosted_free(id);
                 st.release_chunk(id);
-                if let Some(vm) = &self.vm {
-                    let before = st.held();
-                    st.vm_after_free(&**vm);
-                    self.subs.follow_budget(before, st.held());
-                }
+                self.after_free(st);
                 Ok(())
             }
             None => self.free_other(st, addr),

@@ -456,6 +456,17 @@ impl<R: RawAllocator> Arena<R> {
         None
     }
 
+    /// After a free into `st` (virtual-memory mode): past `arena.vm_unmap_threshold_bytes`,
+    /// wholly free pages are unmapped and the budget follows.
+    #[inline(always)]
+    pub(in crate::arena::bfc) fn after_free(&self, st: &mut State) {
+        if let (Some(vm), Some(free)) = (&self.vm, st.vm_free_past_trigger()) {
+            let before = st.held();
+            st.vm_trim(&**vm, free);
+            self.subs.follow_budget(before, st.held());
+        }
+    }
+
     /// Tells the directory of the ranges `st` reserved or gave back, so that frees from other
     /// threads and copies find their owner.
     pub(in crate::arena::bfc) fn sync_directory(&self, st: &mut State) {

@@ -265,25 +265,22 @@ impl State {
         true
     }
 
-    /// After a free: with `arena.vm_unmap_threshold_bytes` set, unmaps wholly free pages past
-    /// it. Off the common path unless the threshold is passed.
-    #[inline]
-    pub(in crate::arena::bfc) fn vm_after_free(&mut self, vm: &dyn VirtualMemory) {
-        let Some(p) = self.pages.as_deref() else {
-            return;
-        };
+    /// After a free: the mapped bytes no chunk uses, when `arena.vm_unmap_threshold_bytes` is
+    /// set and they pass it ([`State::vm_trim`] then unmaps wholly free pages). A comparison on
+    /// the common path.
+    #[inline(always)]
+    pub(in crate::arena::bfc) fn vm_free_past_trigger(&self) -> Option<u64> {
+        let p = self.pages.as_deref()?;
         let free = p
             .pages
             .mapped_bytes()
             .saturating_sub(self.stats.in_use - self.stats.reserved_bytes);
-        if free > p.trigger {
-            self.vm_trim(vm, free);
-        }
+        (free > p.trigger).then_some(free)
     }
 
     #[cold]
     #[inline(never)]
-    pub(super) fn vm_trim(&mut self, vm: &dyn VirtualMemory, free: u64) {
+    pub(in crate::arena::bfc) fn vm_trim(&mut self, vm: &dyn VirtualMemory, free: u64) {
         let Some(threshold) = self.pages.as_deref().and_then(|p| p.threshold) else {
             return;
         };
