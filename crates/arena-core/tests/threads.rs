@@ -144,6 +144,45 @@ fn out_of_memory_a_thread_takes_a_free_chunk_of_another_threads_memory() {
 }
 
 #[test]
+fn out_of_memory_a_thread_takes_free_memory_from_a_busy_thread_in_mapped_pages() {
+    // The default mode: the budget is one page, half of it held by the owner's thread.
+    let a = Arc::new(vm_arena(64 * MIB, 2 * MIB, &[("arena.max_mem", "2097152")]));
+    let (owner, other) = (Worker::new(), Worker::new());
+    let a1 = a.clone();
+    let keep = owner.run(move || alloc(&*a1, MIB));
+    let a2 = a.clone();
+    let got = other.run(move || a2.alloc(MIB));
+    let got = got
+        .expect("the owner's free memory is reachable")
+        .expect("an address");
+    assert_eq!(a.stats().total_allocated, 2 * MIB, "no page more");
+    for x in [keep, got] {
+        a.free(x).expect("live");
+    }
+    a.check_invariants().expect("consistent");
+}
+
+#[test]
+fn out_of_memory_a_logical_stream_takes_free_memory_of_no_stream_from_a_busy_thread() {
+    // As above, each thread on a logical stream of its own: the free half is memory of no
+    // stream, which any stream may take.
+    let a = Arc::new(vm_arena(64 * MIB, 2 * MIB, &[("arena.max_mem", "2097152")]));
+    let (owner, other) = (Worker::new(), Worker::new());
+    let (a1, s1) = (a.clone(), Stream::new());
+    let keep = owner.run(move || on(&*a1, &s1, MIB));
+    let (a2, s2) = (a.clone(), Stream::new());
+    let got = other.run(move || a2.alloc_on_stream(MIB, &s2));
+    let got = got
+        .expect("the owner's free memory is reachable")
+        .expect("an address");
+    assert_eq!(a.stats().total_allocated, 2 * MIB, "no page more");
+    for x in [keep, got] {
+        a.free(x).expect("live");
+    }
+    a.check_invariants().expect("consistent");
+}
+
+#[test]
 fn out_of_memory_idle_regions_of_every_thread_go_back_and_the_allocation_retries() {
     let a = Arc::new(limited_arena(
         DeviceLimits::with_total(2 * MIB),

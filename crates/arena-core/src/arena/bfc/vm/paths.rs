@@ -12,6 +12,19 @@
 use super::super::*;
 use super::Elsewhere;
 
+/// How far [`Arena::steal`] reaches into the other sub-arenas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reach {
+    /// Within the churn ceiling: an idle part's chunks the stream may take; a busy part's,
+    /// only its own stream's.
+    Idle,
+    /// Past the churn ceiling: any chunk the stream may take, anywhere (a logical stream's
+    /// still only its own in a busy part).
+    PastCeiling,
+    /// Out of memory: any chunk the stream may take, anywhere.
+    Exhausted,
+}
+
 /// Where the mapping step of a miss left the allocation.
 enum Mapped {
     Taken(u64),
@@ -175,10 +188,12 @@ impl<R: RawAllocator> Arena<R> {
                 return Ok(Mapped::Again(Waited::PolledEverywhere));
             }
             drop(st);
-            let past_ceiling = self.subs.held().saturating_add(need) > ceiling;
-            if let Some(addr) =
-                self.steal(me, &idle, past_ceiling, rounded, size, stream, &mut global)
-            {
+            let reach = if self.subs.held().saturating_add(need) > ceiling {
+                Reach::PastCeiling
+            } else {
+                Reach::Idle
+            };
+            if let Some(addr) = self.steal(me, &idle, reach, rounded, size, stream, &mut global) {
                 return Ok(Mapped::Taken(addr));
             }
             // Threads busy at once keep their own memory (taking each other's chunks, they
@@ -282,8 +297,26 @@ impl<R: RawAllocator> Arena<R> {
         }
         let id = match grown {
             Ok(id) => id,
-            Err(e @ ArenaError::OutOfMemory { .. }) if waited != Waited::Finished => {
+            Err(e @ ArenaError::OutOfMemory { .. }) => {
                 drop(st);
+                // Free memory this stream may take in another thread's busy part (of no
+                // stream, in pages that part still uses, which decision 7 cannot unmap) is
+                // taken rather than failing, as one arena would (an owner holding half of
+                // the only page the budget allows left the other thread out of memory).
+                if let Some(addr) = self.steal(
+                    me,
+                    &[],
+                    Reach::Exhausted,
+                    rounded,
+                    size,
+                    stream,
+                    &mut global,
+                ) {
+                    return Ok(Mapped::Taken(addr));
+                }
+                if waited == Waited::Finished {
+                    return Err(e);
+                }
                 drop(global);
                 let others = self.hosted_waiting_anywhere(consumer);
                 if others.is_empty() {
@@ -385,8 +418,9 @@ impl<R: RawAllocator> Arena<R> {
     /// of a busy one, only a chunk of the stream itself (a backward pass on another thread than
     /// its forward pass, on one stream). Chunks of a busy thread's part that merely may be
     /// taken stay its own: taken, they would come back there on every free, and the thread
-    /// that took them would miss and take again on every allocation), unless the arena is
-    /// `past_ceiling`: then any chunk the stream may take, anywhere. A sub-arena whose lock
+    /// that took them would miss and take again on every allocation), unless `reach` says the
+    /// arena is past the ceiling or out of memory: then any chunk the stream may take,
+    /// anywhere ([`Reach`]). A sub-arena whose lock
     /// stays held through a spin is passed over
     /// ([`crate::arena::lock::ArenaLock::lock_unless_stalled`]): its thread is mapping pages or
     /// off its core, and a miss that finds nothing maps pages instead.
@@ -395,7 +429,7 @@ impl<R: RawAllocator> Arena<R> {
         &'a self,
         me: usize,
         idle: &[usize],
-        past_ceiling: bool,
+        reach: Reach,
         rounded: u64,
         size: u64,
         stream: Option<&Stream>,
@@ -431,10 +465,11 @@ impl<R: RawAllocator> Arena<R> {
             // against 20 on `mixed` ÷ 16). Its own chunks there it takes back; else pages move.
             // An idle part's memory serves as before (K sessions that reset their streams at
             // each run's end, ORT's region-arena rule, take turns on a pool's threads so).
-            let logical = stream.is_some_and(|s| !s.is_host_owned() && s.free_events().is_none());
+            let logical = reach != Reach::Exhausted
+                && stream.is_some_and(|s| !s.is_host_owned() && s.free_events().is_none());
             let id = if logical && consumer != 0 && !from_idle {
                 st.find_of_stream(rounded, consumer)
-            } else if from_idle || past_ceiling {
+            } else if from_idle || reach != Reach::Idle {
                 st.find(rounded, consumer, stream)
             } else if consumer != 0 {
                 st.find_of_stream(rounded, consumer)
