@@ -156,6 +156,23 @@ fn eight_threads_of_100000_random_ops_leave_a_consistent_virtual_memory_arena() 
 }
 
 #[test]
+fn eight_threads_mostly_out_of_memory_leave_a_consistent_virtual_memory_arena() {
+    // A 64 MiB budget against up to 200 live allocations of up to 4 MiB a thread: most
+    // allocations fail after decision 7 and a search of every other thread's part, while the
+    // other threads allocate and free there.
+    let raw =
+        AddressSpaceAllocator::new(DeviceLimits::with_total(64 << 30)).with_granularity(64 << 10);
+    let vm: Arc<dyn VirtualMemory> = Arc::new(raw.vm());
+    let arena = Arc::new(
+        Arena::with_virtual_memory(raw, vm, config(&[("arena.max_mem", "67108864")]))
+            .expect("arena"),
+    );
+    let live = run_threads(arena.clone(), 8, 30_000);
+    assert!(arena.stats().total_allocated <= 64 << 20, "within max_mem");
+    check_after_threads(&arena, live);
+}
+
+#[test]
 fn threads_writing_their_own_allocations_in_virtual_memory_never_see_each_others_bytes() {
     let raw = HostAllocator::new(DeviceLimits::with_total(1 << 30));
     let vm: Arc<dyn VirtualMemory> = Arc::new(raw.vm());
