@@ -143,16 +143,25 @@ fn out_of_memory_a_thread_takes_a_free_chunk_of_another_threads_memory() {
     a.check_invariants().expect("consistent");
 }
 
-#[test]
-fn out_of_memory_a_thread_takes_free_memory_from_a_busy_thread_in_mapped_pages() {
-    // The default mode: the budget is one page, half of it held by the owner's thread.
+/// The default mode with a budget of one page: the owner's thread holds half of it, then
+/// another thread asks for the other half; each on a logical stream of its own when
+/// `on_streams` (the free half is memory of no stream, which any stream may take). The
+/// request must be served from the owner's page, mapping nothing more.
+fn another_thread_takes_the_free_half_of_the_only_page(on_streams: bool) {
     let a = Arc::new(vm_arena(64 * MIB, 2 * MIB, &[("arena.max_mem", "2097152")]));
+    let take = move |a: Arc<Arena<AddressSpaceAllocator>>| {
+        if on_streams {
+            a.alloc_on_stream(MIB, &Stream::new())
+        } else {
+            a.alloc(MIB)
+        }
+    };
     let (owner, other) = (Worker::new(), Worker::new());
     let a1 = a.clone();
-    let keep = owner.run(move || alloc(&*a1, MIB));
+    let keep = owner.run(move || take(a1).expect("fits").expect("an address"));
     let a2 = a.clone();
-    let got = other.run(move || a2.alloc(MIB));
-    let got = got
+    let got = other
+        .run(move || take(a2))
         .expect("the owner's free memory is reachable")
         .expect("an address");
     assert_eq!(a.stats().total_allocated, 2 * MIB, "no page more");
@@ -163,23 +172,13 @@ fn out_of_memory_a_thread_takes_free_memory_from_a_busy_thread_in_mapped_pages()
 }
 
 #[test]
+fn out_of_memory_a_thread_takes_free_memory_from_a_busy_thread_in_mapped_pages() {
+    another_thread_takes_the_free_half_of_the_only_page(false);
+}
+
+#[test]
 fn out_of_memory_a_logical_stream_takes_free_memory_of_no_stream_from_a_busy_thread() {
-    // As above, each thread on a logical stream of its own: the free half is memory of no
-    // stream, which any stream may take.
-    let a = Arc::new(vm_arena(64 * MIB, 2 * MIB, &[("arena.max_mem", "2097152")]));
-    let (owner, other) = (Worker::new(), Worker::new());
-    let (a1, s1) = (a.clone(), Stream::new());
-    let keep = owner.run(move || on(&*a1, &s1, MIB));
-    let (a2, s2) = (a.clone(), Stream::new());
-    let got = other.run(move || a2.alloc_on_stream(MIB, &s2));
-    let got = got
-        .expect("the owner's free memory is reachable")
-        .expect("an address");
-    assert_eq!(a.stats().total_allocated, 2 * MIB, "no page more");
-    for x in [keep, got] {
-        a.free(x).expect("live");
-    }
-    a.check_invariants().expect("consistent");
+    another_thread_takes_the_free_half_of_the_only_page(true);
 }
 
 #[test]

@@ -462,7 +462,7 @@ impl<R: RawAllocator> Arena<R> {
             // its own there until a reset, which that part's thread, busy, could not reuse
             // (eight threads on such streams, never reset, each left the others' parts full of
             // such chunks, and every allocation went the slow way to take one back: 2.7 Mops/s
-            // against 20 on `mixed` ÷ 16). Its own chunks there it takes back; else pages move.
+            // against 12-22 on `mixed` ÷ 16). Its own chunks there it takes back; else pages move.
             // An idle part's memory serves as before (K sessions that reset their streams at
             // each run's end, ORT's region-arena rule, take turns on a pool's threads so).
             let logical = reach != Reach::Exhausted
