@@ -1,15 +1,18 @@
 //! The BFC arena: best fit with coalescing over regions obtained from a [`RawAllocator`],
 //! with ONNX Runtime's semantics (see `shared/reference/ort-arena-behaviour.md`) and the
 //! DESIGN's decisions on top. This file holds the arena's types and its allocation paths (the
-//! common path, the slow path, growth); the parts, one file each under `bfc/`:
+//! common path, the slow path, growth) in [`Core`], generic over where the memory comes from;
+//! the parts, one file each under `bfc/`:
 //!
+//! - `modes.rs`: [`Arena`], the public type: the two modes, each a `Core` over one source;
+//! - `source.rs`: the [`Source`] of a sub-arena's memory, [`Regions`] or pages (`vm::Paged`);
 //! - `state.rs`: one sub-arena's chunks (find, take, split, free, merge, stream tags);
 //! - `regions.rs`: its regions in the region mode (ORT's `Extend`, idle regions out);
 //! - `moves.rs`: memory moving between sub-arenas before one grows;
 //! - `by_address.rs`: what an address belongs to (frees from other threads, copies);
 //! - `allocator.rs`: the [`Allocator`] face (stats, shrink, the memory log, retiring);
 //! - `inspect.rs`: the memory log of a sub-arena and the invariant walk;
-//! - `vm.rs` and `vm/`: virtual-memory mode (the page policy, its allocation paths, chunk
+//! - `vm.rs` and `vm/`: the paged source (the page policy, its allocation paths, chunk
 //!   surgery at page boundaries, unmapping, its log and checks).
 //!
 //! The structures they use live in `bins`, `free_list`, `chunks`, `region`, `pages` and
@@ -45,10 +48,16 @@
 mod allocator;
 mod by_address;
 mod inspect;
+mod modes;
 mod moves;
 mod regions;
+mod source;
 mod state;
 mod vm;
+
+pub use modes::Arena;
+pub(crate) use source::{Regions, Source};
+use vm::Paged;
 
 use regions::alloc_region;
 
@@ -59,7 +68,7 @@ use crate::arena::chunks::{Chunk, ChunkSlab};
 use crate::arena::free_list::{FreeBins, NIL};
 use crate::arena::in_use_quota::{self, Admit, Metered};
 use crate::arena::region::{Region, RegionSet};
-use crate::arena::sub_arenas::{Frozen, Global, Setup, SubArenas, SHARED};
+use crate::arena::sub_arenas::{Frozen, Global, SubArenas, SHARED};
 use crate::collections::addr_map::{AddrMap, AddrTable};
 use crate::raw::{RawAllocator, VirtualMemory};
 use crate::streams::stream::{Clock, Stream, StreamId};
@@ -129,13 +138,14 @@ const ADOPTION_CANDIDATES: usize = 64;
 /// holding it (16 KiB) before walking the region's chunks, which costs O(chunks before it).
 const HOLDING_PROBES: u32 = 64;
 
-/// A BFC arena over the raw allocator `R`. Thread-safe; threads allocate from sub-arenas of
-/// their own (see the module docs).
+/// One arena of one mode: sub-arenas whose memory comes from source `S`, over the raw
+/// allocator `R`, with the allocation paths. [`Arena`] (`modes.rs`) picks the mode.
+/// Thread-safe; threads allocate from sub-arenas of their own (see the module docs).
 #[derive(Debug)]
-pub struct Arena<R: RawAllocator> {
+pub(crate) struct Core<R: RawAllocator, S: Source> {
     raw: R,
     /// Virtual-memory mode: where the chunks' memory comes from (reserves still come from
-    /// `raw`). `None`: regions are raw allocations.
+    /// `raw`). `None` for regions, which are raw allocations.
     vm: Option<Arc<dyn VirtualMemory>>,
     config: ArenaConfig,
     /// A free chunk handed out is cut when the rest would waste at least this many bytes:
@@ -143,12 +153,12 @@ pub struct Arena<R: RawAllocator> {
     /// inside a chunk holds mapped pages.
     split_waste: u64,
     stream_aware: bool,
-    subs: Arc<SubArenas>,
+    subs: Arc<SubArenas<S>>,
 }
 
 /// One sub-arena: a whole BFC arena's state, behind a lock of its own (`sub_arenas.rs`).
 #[derive(Debug)]
-pub(crate) struct State {
+pub(crate) struct State<S: Source> {
     chunks: ChunkSlab,
     /// Exactly the free chunks, each in the bin of its size.
     bins: FreeBins,
@@ -177,20 +187,15 @@ pub(crate) struct State {
     /// when wholly free there, before this one grows. Entries that no longer hold (the region
     /// went back to the raw allocator, or came home) are dropped when next looked at.
     lent: Vec<u64>,
-    /// Virtual-memory mode: the mapped pages of the ranges (the regions) and the policy.
-    pages: Option<Box<vm::Paged>>,
+    /// Where the memory comes from: raw regions, or mapped pages of reserved ranges (the
+    /// regions) with their policy (`source.rs`).
+    source: S,
     /// High-water mark of chunk bytes in use (reserves not counted) since the last shrink:
     /// virtual-memory mode maps past it by at most `arena.vm_peak_headroom_percent`.
     peak_chunk_bytes: u64,
     /// Virtual-memory mode: bytes of in-use chunks past their rounded sizes (chunks handed
     /// out whole rather than cut; see [`State::splits`]).
     dead_bytes: u64,
-    /// Virtual-memory mode: a free chunk of no stream merges with a free neighbour of a
-    /// stream, which then covers both. Otherwise the no-stream rest of every chunk a stream
-    /// cut from fresh memory stays apart from it when it is freed, and the pages both touch
-    /// can be neither reused whole nor unmapped. (The region mode keeps ORT's rule: only
-    /// chunks of one stream merge.)
-    absorb_unassigned: bool,
     /// Virtual-memory mode: memory handed out since the device was last waited for may be
     /// used by work on no stream the arena tracks (a chunk handed out with no stream, or the
     /// chunks of a stream without events that was released). Until an unmap waits for the
@@ -237,88 +242,81 @@ impl Detached {
     }
 }
 
-impl<R: RawAllocator> Arena<R> {
-    /// An arena over `raw` with `config`. Takes no memory until the first allocation.
-    pub fn new(raw: R, config: ArenaConfig) -> Result<Self> {
-        config.validate()?;
-        Ok(Arena {
+impl<R: RawAllocator> Core<R, Regions> {
+    /// ONNX Runtime's region arena over `raw` with `config` (validated by the caller).
+    pub(crate) fn regions(raw: R, config: ArenaConfig) -> Self {
+        Core {
             raw,
             vm: None,
             split_waste: config.max_dead_bytes_per_chunk,
-            subs: Arc::new(SubArenas::new(&config)),
+            subs: Arc::new(SubArenas::new(&config, Regions)),
+            config,
+            stream_aware: true,
+        }
+    }
+}
+
+impl<R: RawAllocator> Core<R, Paged> {
+    /// The virtual-memory arena over `vm` (chunks) and `raw` (reserves) with `config`
+    /// (validated by the caller); see [`Arena::with_virtual_memory`].
+    pub(crate) fn paged(raw: R, vm: Arc<dyn VirtualMemory>, config: ArenaConfig) -> Result<Self> {
+        let paged = Paged::new(&*vm, &config)?;
+        Ok(Core {
+            raw,
+            vm: Some(vm),
+            // Every chunk is cut to size but for the dead-byte budget's (`State::splits`).
+            split_waste: MIN_ALLOCATION_SIZE,
+            subs: Arc::new(SubArenas::new(&config, paged)),
             config,
             stream_aware: true,
         })
     }
+}
 
-    /// An arena in virtual-memory mode (DESIGN, "Virtual-memory mode"): its chunks live in
-    /// address ranges reserved from `vm`, whose pages are mapped when a chunk first needs
-    /// them and unmapped when wholly free under `config`'s `arena.vm_*` policy; reserves come
-    /// from `raw`. `arena.use_virtual_memory` itself is not consulted: this constructor is
-    /// the choice. A page size that is not a multiple of `vm`'s granularity is
-    /// `ERR_ARENA_INVALID_CONFIG`. Takes no memory until the first allocation.
-    pub fn with_virtual_memory(
-        raw: R,
-        vm: Arc<dyn VirtualMemory>,
-        config: ArenaConfig,
-    ) -> Result<Self> {
-        let mut arena = Self::new(raw, config)?;
-        let paged = vm::Paged::new(&*vm, &arena.config)?;
-        // Each sub-arena maps pages in ranges of its own, under the one policy.
-        let set = arena.subs.set_setup(Setup(Box::new(move |st: &mut State| {
-            st.pages = Some(Box::new(paged.clone()));
-            st.absorb_unassigned = true;
-        })));
-        debug_assert!(set, "a new arena has no sub-arena yet");
-        arena.vm = Some(vm);
-        arena.split_waste = MIN_ALLOCATION_SIZE;
-        Ok(arena)
-    }
-
+impl<R: RawAllocator, S: Source> Core<R, S> {
     /// The virtual-memory form the arena maps its pages from, in virtual-memory mode.
-    pub fn virtual_memory(&self) -> Option<&Arc<dyn VirtualMemory>> {
+    pub(crate) fn virtual_memory(&self) -> Option<&Arc<dyn VirtualMemory>> {
         self.vm.as_ref()
     }
 
-    /// The same arena without `alloc_on_stream` (ORT's pinned arena).
-    pub fn without_streams(mut self) -> Self {
+    /// No `alloc_on_stream` (ORT's pinned arena).
+    pub(crate) fn set_without_streams(&mut self) {
         self.stream_aware = false;
-        self
     }
 
     /// The raw allocator underneath.
-    pub fn raw(&self) -> &R {
+    pub(crate) fn raw(&self) -> &R {
         &self.raw
     }
 
     /// The configuration the arena was made with.
-    pub fn config(&self) -> &ArenaConfig {
+    pub(crate) fn config(&self) -> &ArenaConfig {
         &self.config
     }
 
     /// How many times the sub-arenas' `InUse` quotas were rebalanced (`in_use_quota.rs`): the
     /// one step of the common path that needs every thread's sub-arena. For benchmarks.
-    pub fn quota_rebalances(&self) -> u64 {
+    pub(crate) fn quota_rebalances(&self) -> u64 {
         self.subs.global().ledger.rebalances
     }
 
     /// Of [`Arena::quota_rebalances`], those that moved quota among the sub-arenas at hand
     /// without waiting for one another thread held.
-    pub fn quota_rebalances_in_part(&self) -> u64 {
+    pub(crate) fn quota_rebalances_in_part(&self) -> u64 {
         self.subs.global().ledger.rebalances_in_part
     }
 
     /// How many allocations left the common path (no free chunk of the thread's sub-arena
     /// served, or the quota needed a rebalance): each takes the global lock, and in
     /// virtual-memory mode may map pages. For benchmarks and tests.
-    pub fn slow_allocations(&self) -> u64 {
+    pub(crate) fn slow_allocations(&self) -> u64 {
         self.subs.slow.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The calling thread's sub-arena.
     #[inline(always)]
     fn me(&self) -> usize {
-        SubArenas::index()
+        SubArenas::<S>::index()
     }
 
     /// The size as the arena will hand it out, or why it never can (DESIGN decision 4).
@@ -381,7 +379,7 @@ impl<R: RawAllocator> Arena<R> {
             // arena and hold what one thread would. A reader of stats (PyTorch's memory
             // polling) moves nobody: on an H100, BERT serving held 640 MiB so, 584 not.
             None if me == SHARED && sub.held_for_use() => {
-                SubArenas::leave_shared();
+                SubArenas::<S>::leave_shared();
                 return None;
             }
             None => sub.lock_for_use(),
@@ -416,7 +414,7 @@ impl<R: RawAllocator> Arena<R> {
         self.subs
             .slow
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if let Some(vm) = &self.vm {
+        if let (true, Some(vm)) = (S::PAGED, &self.vm) {
             return self.allocate_vm(&**vm, me, rounded, size, stream);
         }
         let consumer = stream.map_or(0, Stream::id);
@@ -524,7 +522,7 @@ impl<R: RawAllocator> Arena<R> {
     /// A chunk of `st` is tagged with `stream` now: the stream must tell the arena when it
     /// goes, and a host stream's frees take its marks.
     #[inline(always)]
-    fn tag_with(&self, st: &mut State, stream: &Stream) {
+    fn tag_with(&self, st: &mut State<S>, stream: &Stream) {
         if st.registered != stream.id() {
             stream.clock().register_user(&self.subs);
             st.registered = stream.id();
@@ -540,7 +538,7 @@ impl<R: RawAllocator> Arena<R> {
     #[inline(never)]
     fn on_miss(
         &self,
-        st: &mut State,
+        st: &mut State<S>,
         rounded: u64,
         consumer: StreamId,
         waited: Waited,
@@ -652,7 +650,7 @@ impl<R: RawAllocator> Arena<R> {
     /// free chunks of one stream left unmerged, every stat equal to what the chunks and
     /// reserves add up to, and across sub-arenas the quotas, the budget and the directory.
     /// O(chunks); for tests and debugging. Returns the first fault.
-    pub fn check_invariants(&self) -> std::result::Result<(), String> {
+    pub(crate) fn check_invariants(&self) -> std::result::Result<(), String> {
         self.subs.check(&self.raw, self.vm.as_deref())
     }
 }

@@ -16,5 +16,5 @@ pub(crate) mod sub_arenas;
 pub(crate) mod thread_slot;
 
 pub use bfc::Arena;
-pub(crate) use bfc::State;
+pub(crate) use bfc::{Source, State};
 pub use sub_arenas::{leave_shared_sub_arena, uses_own_sub_arena};

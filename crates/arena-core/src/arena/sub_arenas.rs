@@ -42,7 +42,7 @@ use crate::arena::directory::Directory;
 use crate::arena::in_use_quota::{self, Admit, HasInUseQuotas, InUseQuotas, Locked, Metered};
 use crate::arena::lock::{ArenaGuard, ArenaLock};
 use crate::arena::thread_slot;
-use crate::arena::State;
+use crate::arena::{Source, State};
 use crate::raw::{RawAllocator, VirtualMemory};
 use crate::streams::stream::{StreamId, StreamUser};
 use crate::streams::stream_events::FreeEvents;
@@ -82,7 +82,7 @@ fn own_index(number: u32) -> usize {
 /// One sub-arena, on cache lines of its own so neighbours' locks do not share them.
 #[derive(Debug)]
 #[repr(align(128))]
-struct Sub(ArenaLock<State>);
+struct Sub<S: Source>(ArenaLock<State<S>>);
 
 /// What the global lock guards.
 #[derive(Debug)]
@@ -107,8 +107,8 @@ impl HasInUseQuotas for Global {
 
 /// An arena's sub-arenas; see the module docs.
 #[derive(Debug)]
-pub(crate) struct SubArenas {
-    subs: Box<[OnceLock<Box<Sub>>]>,
+pub(crate) struct SubArenas<S: Source> {
+    subs: Box<[OnceLock<Box<Sub<S>>>]>,
     global: Mutex<Global>,
     pub(crate) directory: Directory,
     /// Bytes held from the raw allocator (regions and reserves) plus those being obtained: what
@@ -120,28 +120,20 @@ pub(crate) struct SubArenas {
     retired: AtomicBool,
     /// Allocations that left the common path (`Arena::slow_allocations`).
     pub(crate) slow: AtomicU64,
-    /// What every sub-arena gets when it is made (virtual-memory mode: its page table and
-    /// policy), set before the first one is.
-    setup: OnceLock<Setup>,
-}
-
-/// A step applied to each new sub-arena's state.
-pub(crate) struct Setup(pub(crate) Box<dyn Fn(&mut State) + Send + Sync>);
-
-impl std::fmt::Debug for Setup {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Setup")
-    }
+    /// What every sub-arena takes its memory from when it is made (a copy each: the
+    /// virtual-memory mode's empty page table and policy).
+    source: S,
 }
 
 /// Every sub-arena locked, with the global lock: one instant of the whole arena.
-pub(crate) struct Frozen<'a> {
+pub(crate) struct Frozen<'a, S: Source> {
     pub(crate) global: MutexGuard<'a, Global>,
-    pub(crate) subs: Vec<(usize, ArenaGuard<'a, State>)>,
+    pub(crate) subs: Vec<(usize, ArenaGuard<'a, State<S>>)>,
 }
 
-impl SubArenas {
-    pub(crate) fn new(config: &ArenaConfig) -> Self {
+impl<S: Source> SubArenas<S> {
+    /// No sub-arena yet; each, when made, takes its memory from a copy of `source`.
+    pub(crate) fn new(config: &ArenaConfig, source: S) -> Self {
         SubArenas {
             subs: (0..MAX_SUB_ARENAS).map(|_| OnceLock::new()).collect(),
             global: Mutex::new(Global {
@@ -156,14 +148,8 @@ impl SubArenas {
             config: config.clone(),
             retired: AtomicBool::new(false),
             slow: AtomicU64::new(0),
-            setup: OnceLock::new(),
+            source,
         }
-    }
-
-    /// Sets what every sub-arena gets when it is made; before any is made (a later call, or
-    /// one after a sub-arena exists, is refused: `false`).
-    pub(crate) fn set_setup(&self, setup: Setup) -> bool {
-        self.used().next().is_none() && self.setup.set(setup).is_ok()
     }
 
     /// The index of the calling thread's sub-arena: [`SHARED`] until the thread met another
@@ -186,14 +172,14 @@ impl SubArenas {
 
     /// Sub-arena `i`, if it was ever used.
     #[inline]
-    pub(crate) fn get(&self, i: usize) -> Option<&ArenaLock<State>> {
+    pub(crate) fn get(&self, i: usize) -> Option<&ArenaLock<State<S>>> {
         self.subs.get(i)?.get().map(|s| &s.0)
     }
 
     /// Sub-arena `i`, made on first use (under the global lock, so a retired arena makes it
     /// retired).
     #[inline]
-    pub(crate) fn get_or_make(&self, i: usize) -> &ArenaLock<State> {
+    pub(crate) fn get_or_make(&self, i: usize) -> &ArenaLock<State<S>> {
         match self.get(i) {
             Some(s) => s,
             None => self.make(i),
@@ -201,14 +187,11 @@ impl SubArenas {
     }
 
     #[cold]
-    fn make(&self, i: usize) -> &ArenaLock<State> {
+    fn make(&self, i: usize) -> &ArenaLock<State<S>> {
         let g = self.global.lock();
         let slot = &self.subs[i % MAX_SUB_ARENAS];
         let sub = slot.get_or_init(|| {
-            let mut st = State::new(&self.config, i as u64);
-            if let Some(setup) = self.setup.get() {
-                (setup.0)(&mut st);
-            }
+            let mut st = State::new(&self.config, i as u64, self.source.clone());
             if g.retired {
                 st.mark_retired();
             }
@@ -234,7 +217,7 @@ impl SubArenas {
     }
 
     /// Every sub-arena at one instant.
-    pub(crate) fn freeze(&self) -> Frozen<'_> {
+    pub(crate) fn freeze(&self) -> Frozen<'_, S> {
         let global = self.global.lock();
         let subs = self
             .used()
@@ -250,9 +233,9 @@ impl SubArenas {
         &'a self,
         global: &mut Option<MutexGuard<'a, Global>>,
         me: usize,
-        mine: &mut State,
+        mine: &mut State<S>,
         charge: u64,
-    ) -> Admit<Vec<(usize, ArenaGuard<'a, State>)>> {
+    ) -> Admit<Vec<(usize, ArenaGuard<'a, State<S>>)>> {
         // A sub-arena with a quota was used, so it exists.
         in_use_quota::admit(
             global,
@@ -439,7 +422,7 @@ impl SubArenas {
     }
 }
 
-impl StreamUser for SubArenas {
+impl<S: Source> StreamUser for SubArenas<S> {
     fn stream_released(&self, id: StreamId) {
         let hosted = self.release_stream(id);
         // Outside the locks: the last reference hands its events back to the backend.

@@ -3,7 +3,7 @@
 
 use super::*;
 
-impl<R: RawAllocator> Arena<R> {
+impl<R: RawAllocator, S: Source> Core<R, S> {
     /// The arena as it is when nothing else runs: `ERR_ARENA_RELEASED` once retired.
     pub(super) fn check_live(&self) -> Result<()> {
         if self.subs.is_retired() {
@@ -35,7 +35,7 @@ impl<R: RawAllocator> Arena<R> {
 
     /// The arena's stats at the instant `f` holds: each sub-arena's summed, `MaxInUse` the
     /// ledger's.
-    pub(super) fn stats_of(&self, f: &Frozen<'_>) -> AllocatorStats {
+    pub(super) fn stats_of(&self, f: &Frozen<'_, S>) -> AllocatorStats {
         let mut s = AllocatorStats::with_limit(self.config.max_mem);
         for (_, st) in &f.subs {
             let t = &st.stats;
@@ -54,7 +54,7 @@ impl<R: RawAllocator> Arena<R> {
     }
 }
 
-impl<R: RawAllocator> Drop for Arena<R> {
+impl<R: RawAllocator, S: Source> Drop for Core<R, S> {
     fn drop(&mut self) {
         // A stream being released on another thread may still hold the sub-arenas for a moment
         // (to reset its chunks); retiring under their locks leaves it nothing to touch.
@@ -62,7 +62,7 @@ impl<R: RawAllocator> Drop for Arena<R> {
     }
 }
 
-impl<R: RawAllocator> Allocator for Arena<R> {
+impl<R: RawAllocator, S: Source> Allocator for Core<R, S> {
     #[inline]
     fn alloc(&self, size: u64) -> Result<Option<u64>> {
         self.allocate(size, None)

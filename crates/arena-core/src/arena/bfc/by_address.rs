@@ -4,11 +4,11 @@
 
 use super::*;
 
-impl<R: RawAllocator> Arena<R> {
+impl<R: RawAllocator, S: Source> Core<R, S> {
     /// Frees what is not an in-use chunk of `st`: a reserve, or an unknown address (an error).
     #[cold]
     #[inline(never)]
-    pub(super) fn free_other(&self, st: &mut State, addr: u64) -> Result<()> {
+    pub(super) fn free_other(&self, st: &mut State<S>, addr: u64) -> Result<()> {
         st.check_live()?;
         if let Some(&size) = st.reserves.get(&addr) {
             // Under the sub-arena's lock, so no second free races it; reserves are rare. Out
@@ -49,7 +49,7 @@ impl<R: RawAllocator> Arena<R> {
     pub(super) fn with_owner<T>(
         &self,
         addr: u64,
-        op: impl FnOnce(&mut State) -> Result<T>,
+        op: impl FnOnce(&mut State<S>) -> Result<T>,
     ) -> Result<T> {
         match self
             .subs
@@ -108,7 +108,7 @@ impl<R: RawAllocator> Arena<R> {
     }
 }
 
-impl State {
+impl<S: Source> State<S> {
     /// The in-use chunk containing `addr`, if any.
     pub(super) fn chunk_containing(&self, addr: u64) -> Option<&Chunk> {
         let mut id = self.regions.get(self.regions.find(addr)?).first_chunk;

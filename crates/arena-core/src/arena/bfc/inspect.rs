@@ -3,9 +3,9 @@
 
 use super::*;
 
-impl State {
+impl<S: Source> State<S> {
     pub(crate) fn log(&self) -> MemoryLog {
-        let regions: Vec<RegionLog> = match &self.pages {
+        let regions: Vec<RegionLog> = match self.source.pages() {
             Some(_) => self.vm_log_regions(),
             None => self.region_logs(),
         };
@@ -132,7 +132,7 @@ impl State {
                     if self.hosted.contains(c.stream) {
                         *hosted_in_use.entry(c.stream).or_insert(0u64) += 1;
                     }
-                    if self.pages.is_some() {
+                    if S::PAGED {
                         dead += c
                             .size
                             .saturating_sub(round_up_256(c.requested_size).unwrap_or(c.size));
@@ -186,7 +186,7 @@ impl State {
             ));
         }
         let mut extents = self.regions.len() as u64;
-        if self.pages.is_some() {
+        if S::PAGED {
             (held, extents) = self.vm_check()?;
         }
         let reserved: u64 = self.reserves.values().sum();

@@ -6,7 +6,7 @@
 
 use super::*;
 
-impl<R: RawAllocator> Arena<R> {
+impl<R: RawAllocator, S: Source> Core<R, S> {
     /// Memory of other sub-arenas before new memory (issue 25), under the global lock (so the
     /// stats never see a region in neither sub-arena or in both; the directory names the new
     /// holder before its lock is let go, so a free of a chunk cut from it finds it). First the
@@ -87,7 +87,7 @@ impl<R: RawAllocator> Arena<R> {
     pub(super) fn move_region(
         &self,
         me: usize,
-        mine: &crate::arena::lock::ArenaLock<State>,
+        mine: &crate::arena::lock::ArenaLock<State<S>>,
         taken: (Detached, Carried),
     ) {
         let (region, hosted) = taken;
@@ -195,7 +195,7 @@ impl<R: RawAllocator> Arena<R> {
     }
 }
 
-impl State {
+impl<S: Source> State<S> {
     /// Takes out a region of at least `min_size` bytes for another sub-arena to adopt
     /// ([`State::adopt_region`]), with the host streams its chunks are tagged with, if this
     /// sub-arena holds nothing in use: its thread is between requests (a pool thread after

@@ -33,7 +33,7 @@ pub(super) fn alloc_region<R: RawAllocator>(
     }
 }
 
-impl State {
+impl<S: Source> State<S> {
     /// The region ORT's `Extend` asks for to hold `rounded` bytes, with `available` bytes (a
     /// multiple of 256) left under `arena.max_mem` and `held` held by the whole arena, and the
     /// growth size after it; an error when the budget is too small. Changes nothing.

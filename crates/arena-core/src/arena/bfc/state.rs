@@ -4,7 +4,7 @@
 use super::*;
 use crate::arena::hosted_streams::Release;
 
-impl Metered for State {
+impl<S: Source> Metered for State<S> {
     #[inline]
     fn in_use(&self) -> u64 {
         self.stats.in_use
@@ -24,9 +24,9 @@ impl Metered for State {
     }
 }
 
-impl State {
-    /// An empty sub-arena, index `index` of its arena.
-    pub(crate) fn new(config: &ArenaConfig, index: u64) -> Self {
+impl<S: Source> State<S> {
+    /// An empty sub-arena, index `index` of its arena, taking its memory from `source`.
+    pub(crate) fn new(config: &ArenaConfig, index: u64, source: S) -> Self {
         let first = config.max_mem.min(config.initial_chunk_size_bytes);
         State {
             chunks: ChunkSlab::default(),
@@ -40,10 +40,9 @@ impl State {
             retired: false,
             hosted: HostedStreams::default(),
             lent: Vec::new(),
-            pages: None,
+            source,
             peak_chunk_bytes: 0,
             dead_bytes: 0,
-            absorb_unassigned: false,
             unknown_work: false,
             unknown_events: 0,
             untag_progress: 0,
@@ -98,7 +97,7 @@ impl State {
     ) -> Vec<Arc<FreeEvents>> {
         // Nothing can be reported here (retire and drop cannot fail); the raw allocator's
         // counters show what came back.
-        match (self.pages.is_some(), vm) {
+        match (S::PAGED, vm) {
             (true, Some(vm)) => self.vm_retire(vm),
             _ => {
                 for (_, r) in self.regions.iter() {
@@ -150,7 +149,7 @@ impl State {
         if self.hosted.is_empty() {
             return out;
         }
-        let class = self.pages.as_deref().map_or(0, |p| p.class_for(rounded));
+        let class = self.source.class_for(rounded);
         let (chunks, hosted) = (&self.chunks, &self.hosted);
         self.bins.best_fit_class(class, rounded, |id| {
             let c = chunks.get(id);
@@ -187,7 +186,7 @@ impl State {
     /// The best free chunk of stream `consumer` itself for `rounded` bytes, in its class.
     pub(super) fn find_of_stream(&self, rounded: u64, consumer: StreamId) -> Option<u32> {
         let chunks = &self.chunks;
-        let class = self.pages.as_deref().map_or(0, |p| p.class_for(rounded));
+        let class = self.source.class_for(rounded);
         self.bins
             .best_fit_class(class, rounded, |id| chunks.get(id).stream == consumer)
     }
@@ -200,7 +199,7 @@ impl State {
             return None;
         }
         let (chunks, hosted) = (&self.chunks, &self.hosted);
-        let class = self.pages.as_deref().map_or(0, |p| p.class_for(rounded));
+        let class = self.source.class_for(rounded);
         self.bins.best_fit_class(class, rounded, |id| {
             let c = chunks.get(id);
             c.stream != consumer
@@ -221,10 +220,8 @@ impl State {
     ) -> Option<u32> {
         let chunks = &self.chunks;
         let hosted = &self.hosted;
-        let (class, cross_pool) = self
-            .pages
-            .as_deref()
-            .map_or((0, false), |p| (p.class_for(rounded), p.cross_pool));
+        let class = self.source.class_for(rounded);
+        let cross_pool = self.source.pages().is_some_and(|p| p.cross_pool);
         let mut clock = None;
         let mut accept = |id: u32| {
             // The stream's clock is locked only for a chunk of another stream without events.
@@ -255,7 +252,7 @@ impl State {
         if !splits(chunk_size, rounded, max_dead) {
             return false;
         }
-        let Some(p) = self.pages.as_deref() else {
+        let Some(p) = self.source.pages() else {
             return true;
         };
         if chunk_size / 2 >= rounded {
@@ -284,7 +281,7 @@ impl State {
             self.split(id, rounded);
         } else {
             self.bins.remove(id);
-            if self.pages.is_some() {
+            if S::PAGED {
                 self.dead_bytes += self.chunks.get(id).size - rounded;
             }
         }
@@ -363,7 +360,7 @@ impl State {
     pub(super) fn release_chunk(&mut self, id: u32) {
         let c = self.chunks.get_mut(id);
         c.in_use = false;
-        if c.stream == 0 && self.pages.is_some() {
+        if c.stream == 0 && S::PAGED {
             // Memory of no stream: work on it may be queued on any stream up to this free.
             self.work_unknown();
         }
@@ -375,7 +372,7 @@ impl State {
             self.foreign_in_use -= size;
         }
         self.stats.remove_in_use(size, requested);
-        if self.pages.is_some() {
+        if S::PAGED {
             let rounded = round_up_256(requested).unwrap_or(size);
             // (check_invariants recomputes it; saturating so that a fault there could not
             // panic on a free.)
@@ -415,7 +412,7 @@ impl State {
     }
 
     /// Whether adjacent chunks `a` (lower) and `b` are both free and of one stream (in
-    /// virtual-memory mode, or one of them of no stream: see `absorb_unassigned`).
+    /// virtual-memory mode, or one of them of no stream: see [`State::streams_merge`]).
     #[inline]
     pub(super) fn mergeable(&self, a: u32, b: u32) -> bool {
         let (a, b) = (self.chunks.get(a), self.chunks.get(b));
@@ -443,14 +440,17 @@ impl State {
         }
     }
 
-    /// Whether free chunks of streams `a` and `b` merge when adjacent.
+    /// Whether free chunks of streams `a` and `b` merge when adjacent: the source's rule
+    /// ([`Source::streams_merge`]).
     #[inline(always)]
     pub(super) fn streams_merge(&self, a: StreamId, b: StreamId) -> bool {
-        a == b
-            || self.absorb_unassigned
-                && (a == 0 || b == 0)
-                && a != vm::UNMAPPED
-                && b != vm::UNMAPPED
+        S::streams_merge(a, b)
+    }
+
+    /// The class of bins the free chunks of region `slot` are in (the source's pool).
+    #[inline(always)]
+    pub(super) fn class_of(&self, slot: u32) -> u8 {
+        self.source.class_of(slot)
     }
 
     /// Absorbs chunk `b` into the chunk `a` just below it. `b` must not be in a bin; `a`'s

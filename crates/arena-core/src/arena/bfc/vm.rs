@@ -33,7 +33,7 @@ mod pieces;
 mod ranges;
 mod unmap;
 
-use super::{reusable, Clock, State, StreamId};
+use super::{reusable, Clock, Source, State, StreamId};
 use crate::arena::bins::{bin_for_size, NUM_BINS};
 use crate::arena::chunks::Chunk;
 use crate::arena::free_list::{FreeBins, NIL};
@@ -58,7 +58,7 @@ const LARGE: u8 = 0;
 
 /// The page state and policy of an arena in virtual-memory mode.
 #[derive(Debug, Clone)]
-pub(super) struct Paged {
+pub(crate) struct Paged {
     /// Which pages are mapped: exactly those of the chunks not tagged [`UNMAPPED`].
     pages: PageTable,
     /// Most bytes per mapping, whole pages: `arena.vm_map_unit_bytes` (at least a page). On
@@ -101,6 +101,41 @@ pub(super) struct Paged {
     /// The peak in use when `evicted` was started: runs unmapped under a lower peak were
     /// squeezed out by a cap that has grown since, not by churn.
     evicted_at_peak: u64,
+}
+
+impl Source for Paged {
+    const PAGED: bool = true;
+
+    #[inline(always)]
+    fn pages(&self) -> Option<&Paged> {
+        Some(self)
+    }
+
+    #[inline(always)]
+    fn pages_mut(&mut self) -> Option<&mut Paged> {
+        Some(self)
+    }
+
+    /// Requests up to [`SMALL_POOL_MAX_BYTES`] from ranges of their own, as PyTorch's small pool.
+    #[inline(always)]
+    fn class_for(&self, rounded: u64) -> u8 {
+        pool_for(rounded)
+    }
+
+    /// Its range's pool.
+    #[inline(always)]
+    fn class_of(&self, slot: u32) -> u8 {
+        self.pages.pool(slot)
+    }
+
+    /// ORT's rule, and a free chunk of no stream merges with a free neighbour of a stream,
+    /// which then covers both: otherwise the no-stream rest of every chunk a stream cut from
+    /// fresh memory stays apart from it when it is freed, and the pages both touch can be
+    /// neither reused whole nor unmapped. Unmapped chunks merge only with each other.
+    #[inline(always)]
+    fn streams_merge(a: StreamId, b: StreamId) -> bool {
+        a == b || (a == 0 || b == 0) && a != UNMAPPED && b != UNMAPPED
+    }
 }
 
 /// Chunks in use may hold up to 1/2^DEAD_SHIFT of the bytes in use past their requests (see
@@ -195,12 +230,6 @@ impl Paged {
             s if s != consumer => self.unit = self.page(),
             _ => {}
         }
-    }
-
-    /// The class of bins (the pool) a request of `rounded` bytes is fitted from.
-    #[inline(always)]
-    pub(super) fn class_for(&self, rounded: u64) -> u8 {
-        pool_for(rounded)
     }
 
     /// Mapped bytes the headroom allows for a peak of `peak` chunk bytes in use.
@@ -302,10 +331,10 @@ fn ceil_to(x: u64, base: u64, page: u64) -> u64 {
         .map_or(u64::MAX, |o| base.saturating_add(o))
 }
 
-impl State {
+impl<S: Source> State<S> {
     fn paged(&self) -> Result<&Paged> {
-        self.pages
-            .as_deref()
+        self.source
+            .pages()
             .ok_or_else(|| ArenaError::invalid_argument("internal: the arena has no page table"))
     }
 
@@ -337,13 +366,13 @@ impl State {
     /// Mapped bytes the headroom allows for a peak of `peak` chunk bytes in use (0 in the
     /// region mode).
     pub(super) fn vm_cap(&self, peak: u64) -> u64 {
-        self.pages.as_deref().map_or(0, |p| p.cap(peak))
+        self.source.pages().map_or(0, |p| p.cap(peak))
     }
 
     /// The most mapped bytes the headroom ever grows to by churn for a peak of `peak`:
     /// `arena.vm_churn_headroom_percent` (or the peak headroom, if larger) over it.
     pub(super) fn vm_ceiling(&self, peak: u64) -> u64 {
-        self.pages.as_deref().map_or(0, |p| {
+        self.source.pages().map_or(0, |p| {
             let pct = p.headroom_percent.max(p.churn_percent);
             peak.saturating_add(percent_of(peak, pct))
         })
@@ -351,7 +380,7 @@ impl State {
 
     /// `bytes` rounded up to whole pages.
     pub(super) fn vm_pages_for(&self, bytes: u64) -> u64 {
-        let page = self.pages.as_deref().map_or(1, Paged::page);
+        let page = self.source.pages().map_or(1, Paged::page);
         bytes.saturating_add(page - 1) & !(page - 1)
     }
 
@@ -374,18 +403,9 @@ impl State {
         std::mem::take(&mut self.range_changes)
     }
 
-    /// The class of bins the mapped free chunks of region `slot` are in: its range's pool (0
-    /// in the region mode).
-    #[inline(always)]
-    pub(super) fn class_of(&self, slot: u32) -> u8 {
-        self.pages.as_deref().map_or(0, |p| p.pages.pool(slot))
-    }
-
     /// Whether free chunk `id` is in the unmapped bins.
     pub(super) fn vm_holds_unmapped(&self, id: u32) -> bool {
-        self.pages
-            .as_deref()
-            .is_some_and(|p| p.unmapped.contains(id))
+        self.source.pages().is_some_and(|p| p.unmapped.contains(id))
     }
 
     /// No mapped free chunk fits `rounded` bytes: maps the pages of the best place for them
@@ -416,7 +436,7 @@ impl State {
                 reusable(chunks.get(id), consumer, hosted, clock)
             });
             if let Some(id) = any {
-                if let Some(p) = self.pages.as_deref_mut() {
+                if let Some(p) = self.source.pages_mut() {
                     p.cross_pool = true;
                 }
                 return Ok(id);
@@ -441,7 +461,7 @@ impl State {
             }
         }
         if need > 0 && !self.vm_would_unmap(need, rounded, elsewhere.cap_floor) {
-            if let Some(p) = self.pages.as_deref_mut() {
+            if let Some(p) = self.source.pages_mut() {
                 p.cross_pool = false;
             }
         }
@@ -482,7 +502,7 @@ impl State {
     /// Whether mapping `need` more bytes for a chunk of `rounded` bytes would pass the
     /// headroom over the peak.
     fn vm_would_unmap(&self, need: u64, rounded: u64, floor: u64) -> bool {
-        let Some(p) = self.pages.as_deref() else {
+        let Some(p) = self.source.pages() else {
             return false;
         };
         let peak = self
@@ -496,7 +516,7 @@ impl State {
     /// free chunk just below or above it when the stream may take that. `None` when no
     /// unmapped chunk serves.
     fn vm_plan(&self, rounded: u64, consumer: StreamId, clock: Option<&Clock>) -> Option<Plan> {
-        let p = self.pages.as_deref()?;
+        let p = self.source.pages()?;
         let page = p.page();
         // A mapped free neighbour the stream may take joins the span.
         let usable = |id: u32| -> Option<&Chunk> {

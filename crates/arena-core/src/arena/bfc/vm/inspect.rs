@@ -3,11 +3,11 @@
 
 use super::*;
 
-impl State {
+impl<S: Source> State<S> {
     /// The memory log's regions: each mapped extent with its chunks (unmapped free chunks
     /// separate the extents).
     pub(in crate::arena::bfc) fn vm_log_regions(&self) -> Vec<RegionLog> {
-        let Some(p) = self.pages.as_deref() else {
+        let Some(p) = self.source.pages() else {
             return Vec::new();
         };
         let shift = p.page().trailing_zeros();
@@ -91,6 +91,6 @@ impl State {
 
     /// Bytes of pages this sub-arena has mapped (0 in the region mode).
     pub(crate) fn vm_mapped_bytes(&self) -> u64 {
-        self.pages.as_deref().map_or(0, |p| p.pages.mapped_bytes())
+        self.source.pages().map_or(0, |p| p.pages.mapped_bytes())
     }
 }

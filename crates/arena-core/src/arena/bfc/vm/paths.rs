@@ -35,7 +35,7 @@ enum Mapped {
     Exact(Waited),
 }
 
-impl<R: RawAllocator> Arena<R> {
+impl<R: RawAllocator, S: Source> Core<R, S> {
     /// The slow path in virtual-memory mode, under the global lock and this thread's
     /// sub-arena's (`me`): a chunk freed meanwhile (its quota rebalanced at once), other host
     /// streams polled once, then memory of other sub-arenas or new pages ([`Arena::map_for`]).
@@ -340,7 +340,7 @@ impl<R: RawAllocator> Arena<R> {
     #[allow(clippy::too_many_arguments)]
     fn take_locked<'a>(
         &'a self,
-        st: &mut State,
+        st: &mut State<S>,
         global: &mut Option<MutexGuard<'a, Global>>,
         me: usize,
         id: u32,
@@ -372,7 +372,7 @@ impl<R: RawAllocator> Arena<R> {
         &self,
         vm: &dyn VirtualMemory,
         me: usize,
-        st: &mut State,
+        st: &mut State<S>,
         rounded: u64,
         size: u64,
         stream: Option<&Stream>,
@@ -398,7 +398,7 @@ impl<R: RawAllocator> Arena<R> {
     }
 
     /// The sub-arenas other than `me` that were ever used.
-    fn others(&self, me: usize) -> impl Iterator<Item = &crate::arena::lock::ArenaLock<State>> {
+    fn others(&self, me: usize) -> impl Iterator<Item = &crate::arena::lock::ArenaLock<State<S>>> {
         self.others_indexed(me).map(|(_, s)| s)
     }
 
@@ -406,7 +406,7 @@ impl<R: RawAllocator> Arena<R> {
     fn others_indexed(
         &self,
         me: usize,
-    ) -> impl Iterator<Item = (usize, &crate::arena::lock::ArenaLock<State>)> {
+    ) -> impl Iterator<Item = (usize, &crate::arena::lock::ArenaLock<State<S>>)> {
         self.subs
             .used()
             .filter(move |&t| t != me)
@@ -494,7 +494,7 @@ impl<R: RawAllocator> Arena<R> {
     /// After a free into `st` (virtual-memory mode): past `arena.vm_unmap_threshold_bytes`,
     /// wholly free pages are unmapped and the budget follows.
     #[inline(always)]
-    pub(in crate::arena::bfc) fn after_free(&self, st: &mut State) {
+    pub(in crate::arena::bfc) fn after_free(&self, st: &mut State<S>) {
         if let (Some(vm), Some(free)) = (&self.vm, st.vm_free_past_trigger()) {
             let before = st.held();
             st.vm_trim(&**vm, free);
@@ -504,7 +504,7 @@ impl<R: RawAllocator> Arena<R> {
 
     /// Tells the directory of the ranges `st` reserved or gave back, so that frees from other
     /// threads and copies find their owner.
-    pub(in crate::arena::bfc) fn sync_directory(&self, st: &mut State) {
+    pub(in crate::arena::bfc) fn sync_directory(&self, st: &mut State<S>) {
         for (base, size, reserved) in st.take_range_changes() {
             if reserved {
                 self.subs.directory.insert(base, size, st.index());

@@ -4,7 +4,7 @@
 
 use super::*;
 
-impl State {
+impl<S: Source> State<S> {
     /// The chunk containing `addr`, walking from chunk `from` (in the same range) either
     /// way.
     pub(super) fn vm_chunk_at(&self, from: u32, addr: u64) -> u32 {
@@ -35,7 +35,7 @@ impl State {
 
     pub(super) fn vm_unbin(&mut self, id: u32, unmapped: bool) {
         if unmapped {
-            if let Some(p) = self.pages.as_deref_mut() {
+            if let Some(p) = self.source.pages_mut() {
                 p.unmapped.remove(id);
             }
         } else {
@@ -46,7 +46,7 @@ impl State {
     pub(super) fn vm_bin(&mut self, id: u32, unmapped: bool) {
         let c = *self.chunks.get(id);
         if unmapped {
-            if let Some(p) = self.pages.as_deref_mut() {
+            if let Some(p) = self.source.pages_mut() {
                 p.unmapped.insert(id, c.size, c.addr);
             }
         } else {
@@ -120,7 +120,7 @@ impl State {
     /// Pages `[m0, m1)` of range `slot`, in one unmapped chunk, are mapped now: they become a
     /// mapped free chunk (no stream). Returns the chunk holding `m0`.
     pub(super) fn vm_mark_mapped(&mut self, slot: u32, m0: u64, m1: u64) -> u32 {
-        let holder = self.pages.as_deref().and_then(|p| {
+        let holder = self.source.pages().and_then(|p| {
             p.find_unmapped(|id| {
                 let c = self.chunks.get(id);
                 c.region == slot && c.addr <= m0 && m1 <= c.addr + c.size
@@ -131,7 +131,7 @@ impl State {
         };
         let pieces = self.vm_pieces(holder, m0, m1);
         let id = self.vm_join(&pieces, 0);
-        if let Some(p) = self.pages.as_deref_mut() {
+        if let Some(p) = self.source.pages_mut() {
             let mut at = m0;
             while at < m1 {
                 let n = p.unit.min(m1 - at);

@@ -3,7 +3,7 @@
 
 use super::*;
 
-impl State {
+impl<S: Source> State<S> {
     /// Reserves a range for at least `rounded` bytes: `arena.vm_reserve_bytes` (the
     /// device's memory), or just enough when that is refused. Returns its region slot; the
     /// range is one unmapped free chunk.
@@ -54,7 +54,7 @@ impl State {
         let id = self.regions.get(slot).first_chunk;
         self.bins.remove(id);
         self.chunks.get_mut(id).stream = UNMAPPED;
-        if let Some(p) = self.pages.as_deref_mut() {
+        if let Some(p) = self.source.pages_mut() {
             p.pages.add_range(slot, base, len, pool_for(rounded));
             p.unmapped.insert(id, len, base);
         }
@@ -73,14 +73,14 @@ impl State {
         while id != NIL {
             let next = self.chunks.get(id).next;
             self.bins.remove(id);
-            if let Some(p) = self.pages.as_deref_mut() {
+            if let Some(p) = self.source.pages_mut() {
                 p.unmapped.remove(id);
             }
             self.chunks.remove(id);
             id = next;
         }
         self.regions.remove(slot);
-        if let Some(p) = self.pages.as_deref_mut() {
+        if let Some(p) = self.source.pages_mut() {
             p.pages.remove_range(slot);
         }
     }
@@ -128,7 +128,7 @@ impl State {
             // Churn: pages the headroom unmapped lately are wanted back. The headroom grows by
             // them rather than unmapping others in their place.
             let peak_now = self.peak_chunk_bytes;
-            if let Some(p) = self.pages.as_deref_mut() {
+            if let Some(p) = self.source.pages_mut() {
                 if peak_now > p.evicted_at_peak {
                     p.evicted.clear();
                     p.evicted_at_peak = peak_now;
@@ -146,7 +146,7 @@ impl State {
             if mapped.saturating_add(need) > cap {
                 self.vm_unmap_free(vm, keep, mapped + need - cap, Scan::Headroom(consumer));
             }
-            if let Some(p) = self.pages.as_deref_mut() {
+            if let Some(p) = self.source.pages_mut() {
                 p.note_mapping_stream(consumer);
             }
             let unit = self.paged()?.unit;
@@ -164,7 +164,7 @@ impl State {
                     e,
                 ));
             }
-            if let Some(p) = self.pages.as_deref_mut() {
+            if let Some(p) = self.source.pages_mut() {
                 p.trigger = p.threshold.unwrap_or(u64::MAX);
             }
             return Ok(self.vm_mark_mapped(plan.slot, plan.m0, plan.m1));

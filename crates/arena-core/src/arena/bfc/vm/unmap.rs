@@ -3,11 +3,11 @@
 
 use super::*;
 
-impl State {
+impl<S: Source> State<S> {
     /// Wholly free mapped page runs, as `(slot, addr, len, a chunk of the run)`, outside
     /// `keep`.
     pub(super) fn vm_free_runs(&self, keep: Keep, scan: Scan) -> Vec<(u32, u64, u64, u32)> {
-        let Some(p) = self.pages.as_deref() else {
+        let Some(p) = self.source.pages() else {
             return Vec::new();
         };
         let page = p.page();
@@ -130,8 +130,8 @@ impl State {
             }
             // Whole mappings only: those lying wholly in the run.
             let Some((a, end)) = self
-                .pages
-                .as_deref()
+                .source
+                .pages()
                 .and_then(|p| p.pages.whole_mappings(slot, a, a + n))
             else {
                 continue;
@@ -139,7 +139,7 @@ impl State {
             // The top of the run, in whole pages, as much as is still wanted, from where the
             // mapping holding its first page starts.
             let want = (end - a).min(ceil_to(target - freed, 0, page));
-            let start = self.pages.as_deref().map_or(a, |p| {
+            let start = self.source.pages().map_or(a, |p| {
                 p.pages.mapping_start_at_or_below(slot, end - want, a)
             });
             let take = end - start;
@@ -180,14 +180,14 @@ impl State {
             let pieces = self.vm_pieces(first, start, start + take);
             let id = self.vm_join(&pieces, UNMAPPED);
             self.vm_settle(id);
-            if let Some(p) = self.pages.as_deref_mut() {
+            if let Some(p) = self.source.pages_mut() {
                 p.pages.set_run(slot, start, take, false);
                 self.stats.total_allocated -= take;
                 self.stats.num_arena_extensions = p.pages.extents();
             }
             self.stats.num_arena_shrinkages += 1;
             if matches!(scan, Scan::Headroom(_)) {
-                if let Some(p) = self.pages.as_deref_mut() {
+                if let Some(p) = self.source.pages_mut() {
                     if p.evicted.len() == CHURN_WINDOW {
                         p.evicted.pop_front();
                     }
@@ -270,7 +270,7 @@ impl State {
     /// the common path.
     #[inline(always)]
     pub(in crate::arena::bfc) fn vm_free_past_trigger(&self) -> Option<u64> {
-        let p = self.pages.as_deref()?;
+        let p = self.source.pages()?;
         let free = p
             .pages
             .mapped_bytes()
@@ -281,18 +281,18 @@ impl State {
     #[cold]
     #[inline(never)]
     pub(in crate::arena::bfc) fn vm_trim(&mut self, vm: &dyn VirtualMemory, free: u64) {
-        let Some(threshold) = self.pages.as_deref().and_then(|p| p.threshold) else {
+        let Some(threshold) = self.source.pages().and_then(|p| p.threshold) else {
             return;
         };
         // An unmap the backend refuses leaves its pages mapped and counted; the next trim
         // tries again.
         let _ = self.vm_unmap_free(vm, None, free - threshold, Scan::Large);
         let left = self
-            .pages
-            .as_deref()
+            .source
+            .pages()
             .map_or(0, |p| p.pages.mapped_bytes())
             .saturating_sub(self.chunk_bytes_in_use());
-        if let Some(p) = self.pages.as_deref_mut() {
+        if let Some(p) = self.source.pages_mut() {
             p.trigger = threshold.max(left);
         }
     }
@@ -309,7 +309,7 @@ impl State {
                 self.vm_drop_range(vm, slot);
             }
         }
-        if let Some(p) = self.pages.as_deref_mut() {
+        if let Some(p) = self.source.pages_mut() {
             p.trigger = p.threshold.unwrap_or(u64::MAX);
             p.slack = 0;
             p.evicted.clear();
@@ -320,7 +320,7 @@ impl State {
     /// Retire: unmaps every page and gives back every range. Errors cannot be reported; the
     /// backend's counters show what came back.
     pub(in crate::arena::bfc) fn vm_retire(&mut self, vm: &dyn VirtualMemory) {
-        let Some(p) = self.pages.as_deref_mut() else {
+        let Some(p) = self.source.pages_mut() else {
             return;
         };
         let page = p.page();
