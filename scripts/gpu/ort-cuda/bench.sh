@@ -8,8 +8,10 @@
 #   bash bench.sh OUT
 # env (set by remote.sh / dry-run.sh): NODE, ORT_CUDA_APP, BENCH_MODEL (bert.onnx, or the MLP in
 #   the dry run); ROUNDS=2; BUDGET_S=480 (no process starts after this many seconds; the table
-#   is made from what ran); ONLY_SCENARIOS="one k4" (a subset, by name); POOL=0 leaves the
-#   memory pool out; EXTRA="label|arena|k=v,k=v;..." adds configs (diagnostics).
+#   is made from what ran); ONLY_SCENARIOS="one k4" (a subset, by name);
+#   ONLY_ALLOCATORS="own|default" (those whose label has one of the words: more rounds of the
+#   two the throughput bar compares); POOL=0 leaves the memory pool out; EXTRA="label|arena|k=v,k=v;..." adds configs (diagnostics),
+#   a fourth field an environment for that process (label|arena||HELD_SAMPLE=0).
 set -uo pipefail
 OUT=${1:?usage: bench.sh OUT}
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -47,12 +49,13 @@ for round in $(seq 1 "$ROUNDS"); do
     IFS='|' read -r name sessions requests maxb maxs label <<<"$sc"
     if [ -n "${ONLY_SCENARIOS:-}" ] && ! grep -qw "$name" <<<"$ONLY_SCENARIOS"; then continue; fi
     for i in $(seq 0 $((n - 1))); do
-      IFS='|' read -r alloc mode conf <<<"${ALLOCATORS[$(((i + round - 1) % n))]}"
+      IFS='|' read -r alloc mode conf penv <<<"${ALLOCATORS[$(((i + round - 1) % n))]}"
+      if [ -n "${ONLY_ALLOCATORS:-}" ] && ! grep -qwE "$ONLY_ALLOCATORS" <<<"$alloc"; then continue; fi
       if [ $(($(date +%s) - start)) -ge "$BUDGET_S" ]; then
         echo "[bench] budget of ${BUDGET_S}s spent: no more processes"
         break 3
       fi
-      line=$(UV_THREADPOOL_SIZE=$((sessions > 4 ? sessions : 4)) timeout 240 "$NODE" "$HERE/serve.cjs" "$mode" "$conf" "$sessions" "$requests" "$maxb" "$maxs" "$MODEL" "$KIND" 2>&1 | tee -a "$OUT/serve.log" | grep -E '^(RESULT|FAILED)' | tail -n 1)
+      line=$(env UV_THREADPOOL_SIZE=$((sessions > 4 ? sessions : 4)) ${penv:-} timeout 240 "$NODE" "$HERE/serve.cjs" "$mode" "$conf" "$sessions" "$requests" "$maxb" "$maxs" "$MODEL" "$KIND" 2>&1 | tee -a "$OUT/serve.log" | grep -E '^(RESULT|FAILED)' | tail -n 1)
       result=null
       [[ $line == RESULT* ]] && result=${line#RESULT }
       printf '{"round":%d,"scenario":"%s","allocator":"%s","result":%s}\n' "$round" "$label" "$alloc" "$result" >>"$OUT/results.jsonl"
