@@ -130,6 +130,8 @@ async function main() {
     heldEndMiB: stats ? stats.totalAllocated / MiB : null,
     maxInUseMiB: stats ? stats.maxInUse / MiB : null,
     extensions: stats ? stats.numArenaExtensions : null,
+    shrinkages: stats ? stats.numArenaShrinkages : null,
+    allocs: stats ? stats.numAllocs : null,
     checksum: sums.reduce((a, b) => a + b, 0),
     ...(free ? { free } : {}),
   }
