@@ -1029,3 +1029,43 @@ fn memory_one_thread_mapped_is_written_read_and_freed_from_another() {
     a.check_invariants().expect("consistent");
     assert_eq!(a.stats().in_use, 0);
 }
+
+#[test]
+fn each_constructor_makes_its_own_mode() {
+    let region = virtual_arena(&[]);
+    let paged = vm_arena(GIB, PAGE, &[]);
+    assert!(region.virtual_memory().is_none(), "Arena::new: regions");
+    assert!(
+        paged.virtual_memory().is_some(),
+        "with_virtual_memory: pages"
+    );
+    // The region arena grows by a whole region (ORT's 1 MiB first); the paged one maps a page.
+    let (p, q) = (alloc(&region, 1000), alloc(&paged, 1000));
+    assert_eq!(region.stats().total_allocated, MIB);
+    assert_eq!(paged.stats().total_allocated, PAGE);
+    region.free(p).expect("live");
+    paged.free(q).expect("live");
+    region.check_invariants().expect("consistent");
+    paged.check_invariants().expect("consistent");
+}
+
+#[test]
+fn a_virtual_memory_arena_without_streams_refuses_a_stream_and_serves_the_rest() {
+    let a = vm_arena(GIB, PAGE, &[]).without_streams();
+    assert!(!a.is_stream_aware());
+    assert!(a.virtual_memory().is_some(), "still in virtual-memory mode");
+    let s = Stream::new();
+    assert_eq!(
+        code(a.alloc_on_stream(4096, &s)),
+        "ERR_ARENA_INVALID_ARGUMENT"
+    );
+    assert_eq!(
+        a.stats().num_allocs,
+        0,
+        "nothing handed out for the refused call"
+    );
+    let p = alloc(&a, 4096);
+    assert_eq!(a.stats().total_allocated, PAGE);
+    a.free(p).expect("live");
+    a.check_invariants().expect("consistent");
+}
