@@ -129,24 +129,22 @@ fn check_after_threads<R: RawAllocator>(arena: &Arena<R>, mut live: Vec<(u64, u6
     }
 }
 
-#[test]
-fn eight_threads_of_100000_random_ops_leave_a_consistent_virtual_memory_arena() {
+/// A virtual-memory arena over a 64 GiB virtual device with 64 KiB pages, shared by threads.
+fn vm_arena_64_kib_pages(pairs: &[(&str, &str)]) -> Arc<Arena<AddressSpaceAllocator>> {
     let raw =
         AddressSpaceAllocator::new(DeviceLimits::with_total(64 << 30)).with_granularity(64 << 10);
     let vm: Arc<dyn VirtualMemory> = Arc::new(raw.vm());
+    Arc::new(Arena::with_virtual_memory(raw, vm, config(pairs)).expect("arena"))
+}
+
+#[test]
+fn eight_threads_of_100000_random_ops_leave_a_consistent_virtual_memory_arena() {
     // No headroom and a small threshold: the threads' frees and growth unmap and map pages
     // all the time.
-    let arena = Arc::new(
-        Arena::with_virtual_memory(
-            raw,
-            vm,
-            config(&[
-                ("arena.vm_peak_headroom_percent", "0"),
-                ("arena.vm_unmap_threshold_bytes", "4194304"),
-            ]),
-        )
-        .expect("arena"),
-    );
+    let arena = vm_arena_64_kib_pages(&[
+        ("arena.vm_peak_headroom_percent", "0"),
+        ("arena.vm_unmap_threshold_bytes", "4194304"),
+    ]);
     let live = run_threads(arena.clone(), 8, 100_000);
     assert!(
         arena.stats().num_arena_shrinkages > 0,
@@ -160,13 +158,7 @@ fn eight_threads_mostly_out_of_memory_leave_a_consistent_virtual_memory_arena() 
     // A 64 MiB budget against up to 200 live allocations of up to 4 MiB a thread: most
     // allocations fail after decision 7 and a search of every other thread's part, while the
     // other threads allocate and free there.
-    let raw =
-        AddressSpaceAllocator::new(DeviceLimits::with_total(64 << 30)).with_granularity(64 << 10);
-    let vm: Arc<dyn VirtualMemory> = Arc::new(raw.vm());
-    let arena = Arc::new(
-        Arena::with_virtual_memory(raw, vm, config(&[("arena.max_mem", "67108864")]))
-            .expect("arena"),
-    );
+    let arena = vm_arena_64_kib_pages(&[("arena.max_mem", "67108864")]);
     let live = run_threads(arena.clone(), 8, 30_000);
     assert!(arena.stats().total_allocated <= 64 << 20, "within max_mem");
     check_after_threads(&arena, live);
