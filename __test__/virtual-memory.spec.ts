@@ -120,6 +120,26 @@ test('past the headroom a stream takes another stream\'s free chunk after a wait
   f.releaseAllocator(a)
 })
 
+test('a stream and no stream taking turns on one buffer move no pages once warm', (t) => {
+  // An allocation on no stream takes only memory of no stream; past the headroom it once
+  // unmapped the stream's free page and mapped another, every turn (issue 25).
+  const f = factory('virtual')
+  const a = f.createAllocator({ name: 'Cuda' }, { useVirtualMemory: true })
+  const s = f.createStream(0)
+  const turn = (i: number): void => {
+    const p = i % 2 === 0 ? a.allocOnStream!(64n * MIB, s)! : a.alloc(64n * MIB)!
+    a.free(p)
+  }
+  for (let i = 0; i < 10; i++) turn(i)
+  const before = a.getStats()
+  for (let i = 10; i < 400; i++) turn(i)
+  const after = a.getStats()
+  t.is(after.numArenaShrinkages, before.numArenaShrinkages, 'none unmapped')
+  t.true(after.totalAllocated <= 66n * MIB, `the buffer once: ${after.totalAllocated} bytes mapped`)
+  s.release()
+  f.releaseAllocator(a)
+})
+
 test('streams keep their rule in virtual-memory mode', (t) => {
   const f = factory('virtual')
   // Headroom for both chunks: no reason to wait for the device.

@@ -73,6 +73,15 @@ pub trait Allocator: Send + Sync + std::fmt::Debug {
         self.memory_log().chunks_from(addr)
     }
 
+    /// How many times the allocator rearranged free memory beyond the chunks its calls handed
+    /// out or freed: an arena's free chunks of streams whose work is done going back to no
+    /// stream, merged with their neighbours. A picture of the allocator's memory reads the
+    /// chunks again when this moves, as when regions come or go. 0 for allocators that never
+    /// do.
+    fn layout_changes(&self) -> u64 {
+        0
+    }
+
     /// Returns cached memory that is wholly free to the raw allocator.
     fn shrink(&self) -> Result<()> {
         Ok(())

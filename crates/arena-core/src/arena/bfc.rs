@@ -208,6 +208,8 @@ pub(crate) struct State<S: Source> {
     /// What the other host streams' completed marks summed to at the last
     /// [`State::untag_done`] pass.
     untag_progress: u64,
+    /// Passes that untagged and merged free chunks ([`Allocator::layout_changes`]).
+    layout_changes: u64,
     /// Chunk bytes in use by threads other than this sub-arena's (chunks marked `foreign`).
     foreign_in_use: u64,
     /// Virtual-memory mode: ranges reserved (`true`) or given back (`false`) since the arena

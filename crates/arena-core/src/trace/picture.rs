@@ -142,7 +142,7 @@ pub struct PictureRecorder {
     /// Open regions: index into `picture.regions`.
     open_regions: Vec<usize>,
     /// What the last stats read said: bytes held, extensions, shrinkages.
-    last: (u64, u64, u64),
+    last: (u64, u64, u64, u64),
 }
 
 impl PictureRecorder {
@@ -158,7 +158,7 @@ impl PictureRecorder {
             slots: Vec::new(),
             chunks: BTreeMap::new(),
             open_regions: Vec::new(),
-            last: (0, 0, 0),
+            last: (0, 0, 0, 0),
         }
     }
 
@@ -195,13 +195,15 @@ impl PictureRecorder {
         self.numbers.get(&tag).copied().unwrap_or(u32::MAX)
     }
 
-    /// Whether the bytes held or the regions changed since the last look.
-    fn regions_changed(&self, allocator: &dyn Allocator) -> (bool, (u64, u64, u64)) {
+    /// Whether the bytes held, the regions or the free chunks beyond a call's own
+    /// ([`Allocator::layout_changes`]) changed since the last look.
+    fn regions_changed(&self, allocator: &dyn Allocator) -> (bool, (u64, u64, u64, u64)) {
         let st = allocator.stats();
         let now = (
             st.total_allocated,
             st.num_arena_extensions,
             st.num_arena_shrinkages,
+            allocator.layout_changes(),
         );
         (now != self.last, now)
     }
@@ -212,7 +214,7 @@ impl PictureRecorder {
         &mut self,
         state: u64,
         changed: bool,
-        now: (u64, u64, u64),
+        now: (u64, u64, u64, u64),
         allocator: &dyn Allocator,
     ) {
         if state == 0 || now.0 != self.last.0 {

@@ -667,6 +667,10 @@ impl<A: Allocator + ?Sized> Allocator for RecordingAllocator<A> {
         self.inner.chunks_from(addr)
     }
 
+    fn layout_changes(&self) -> u64 {
+        self.inner.layout_changes()
+    }
+
     fn shrink(&self) -> Result<()> {
         self.inner.shrink()
     }

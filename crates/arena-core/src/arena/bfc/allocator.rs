@@ -176,6 +176,13 @@ impl<R: RawAllocator, S: Source> Allocator for Core<R, S> {
         st.chunks_from(addr)
     }
 
+    fn layout_changes(&self) -> u64 {
+        self.subs
+            .used()
+            .filter_map(|t| self.subs.get(t).map(|s| s.lock().layout_changes()))
+            .sum()
+    }
+
     fn shrink(&self) -> Result<()> {
         self.check_live()?;
         let (_, err) = match &self.vm {

@@ -153,6 +153,10 @@ impl<R: RawAllocator> Allocator for Arena<R> {
         each_mode!(self, c => c.chunks_from(addr))
     }
 
+    fn layout_changes(&self) -> u64 {
+        each_mode!(self, c => c.layout_changes())
+    }
+
     fn shrink(&self) -> Result<()> {
         each_mode!(self, c => c.shrink())
     }

@@ -46,6 +46,7 @@ impl<S: Source> State<S> {
             unknown_work: false,
             unknown_events: 0,
             untag_progress: 0,
+            layout_changes: 0,
             range_changes: Vec::new(),
             foreign_in_use: 0,
             quota: 0,
@@ -489,6 +490,54 @@ impl<S: Source> State<S> {
             return false;
         }
         self.untag_progress = progress;
+        self.untag_runs(|hosted, c| {
+            hosted
+                .events(c.stream)
+                .is_some_and(|e| e.is_complete(c.sync_id))
+        })
+    }
+
+    /// The device was waited for: free chunks of streams without events (whose work, freed
+    /// before the wait, is done) and of host streams whose events say so belong to no stream
+    /// any more, merged with their free neighbours. Returns whether any was.
+    pub(super) fn untag_after_wait(&mut self) -> bool {
+        self.untag_runs(|hosted, c| {
+            hosted
+                .events(c.stream)
+                .is_none_or(|e| e.is_complete(c.sync_id))
+        })
+    }
+
+    /// Whether a free chunk of at least `rounded` bytes here is held back from `consumer` only
+    /// by another stream without events (a wait for the device would free it for anyone),
+    /// with no host stream's work pending here.
+    pub(super) fn holds_stranded(&self, rounded: u64, consumer: StreamId) -> bool {
+        if self.hosted.any_incomplete() {
+            return false;
+        }
+        let (chunks, hosted) = (&self.chunks, &self.hosted);
+        self.bins
+            .best_fit_any(rounded, |id| {
+                let c = chunks.get(id);
+                c.stream != 0 && c.stream != consumer && !hosted.contains(c.stream)
+            })
+            .is_some()
+    }
+
+    /// Untags each run of adjacent free mapped chunks whose every tagged chunk is `done`, and
+    /// merges it into one chunk. A pass over every chunk.
+    fn untag_runs(&mut self, done: impl Fn(&HostedStreams, &Chunk) -> bool) -> bool {
+        let touched = self.untag_runs_in_place(done);
+        self.layout_changes += u64::from(touched);
+        touched
+    }
+
+    /// How many times [`State::untag_runs`] changed chunks.
+    pub(crate) fn layout_changes(&self) -> u64 {
+        self.layout_changes
+    }
+
+    fn untag_runs_in_place(&mut self, done: impl Fn(&HostedStreams, &Chunk) -> bool) -> bool {
         let mut touched = false;
         for first in self.region_firsts() {
             // Each run of adjacent free chunks (of different streams: the merge rule joins the
@@ -496,7 +545,7 @@ impl<S: Source> State<S> {
             // beside a stream's free chunk would join it, and wait for that stream again.
             let mut id = first;
             while id != NIL {
-                let (start, mut end, mut done, mut tagged) = (id, id, true, false);
+                let (start, mut end, mut all_done, mut tagged) = (id, id, true, false);
                 while end != NIL {
                     let c = self.chunks.get(end);
                     if c.in_use || c.stream == vm::UNMAPPED {
@@ -504,10 +553,7 @@ impl<S: Source> State<S> {
                     }
                     if c.stream != 0 {
                         tagged = true;
-                        done &= self
-                            .hosted
-                            .events(c.stream)
-                            .is_some_and(|e| e.is_complete(c.sync_id));
+                        all_done &= done(&self.hosted, c);
                     }
                     end = c.next;
                 }
@@ -515,7 +561,7 @@ impl<S: Source> State<S> {
                     id = self.chunks.get(id).next;
                     continue;
                 }
-                if done && tagged {
+                if all_done && tagged {
                     touched = true;
                     let mut at = start;
                     while at != end {
