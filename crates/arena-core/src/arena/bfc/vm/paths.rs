@@ -514,7 +514,11 @@ impl<R: RawAllocator, S: Source> Core<R, S> {
         rounded: u64,
         consumer: StreamId,
     ) -> bool {
-        let mut stranded = Vec::new();
+        if !self.hosted_waiting_anywhere(consumer).is_empty() {
+            return false;
+        }
+        // Held through the wait: a chunk freed there meanwhile would not be covered by it.
+        let mut parts = Vec::new();
         for &t in idle {
             if t == me {
                 continue;
@@ -523,19 +527,15 @@ impl<R: RawAllocator, S: Source> Core<R, S> {
                 continue;
             };
             if o.holds_stranded(rounded, consumer) {
-                stranded.push(t);
+                parts.push(o);
             }
         }
-        if stranded.is_empty() || vm.synchronize().is_err() {
+        if parts.is_empty() || vm.synchronize().is_err() {
             return false;
         }
-        let mut touched = false;
-        for t in stranded {
-            if let Some(mut o) = self.subs.get(t).and_then(|s| s.lock_unless_stalled()) {
-                touched |= o.untag_after_wait();
-            }
-        }
-        touched
+        parts
+            .iter_mut()
+            .fold(false, |touched, o| o.untag_after_wait() | touched)
     }
 
     /// After a free into `st` (virtual-memory mode): past `arena.vm_unmap_threshold_bytes`,
