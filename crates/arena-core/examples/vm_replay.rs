@@ -12,7 +12,8 @@
 //! arena's, but for `arena.use_virtual_memory`). Each config replays the trace three times in
 //! one arena: the first pass measures memory (as the GPU benchmark's pass 0 does), the next
 //! two are warm (`SHOW_PASSES=n`: n passes in all; `HELD_EVERY_PASS=1`: held/req of every pass,
-//! over the first pass's peak requested). With `RATIO=n`, prints instead the median warm ns/op of both modes over `n`
+//! over the first pass's peak requested; `STREAM_TURNS=1`: every odd pass allocates everything
+//! on one cuda-arena stream instead, a stream and no stream taking turns). With `RATIO=n`, prints instead the median warm ns/op of both modes over `n`
 //! interleaved passes and their ratio; with `DUMP=dir`, writes each trace as text there; with
 //! `WARM=vm` (or `WARM=region`), replays one pass in that mode and then `PASSES` (default 1)
 //! warm ones in `warm_passes`, for profilers (`valgrind --tool=callgrind
@@ -163,8 +164,26 @@ fn run(name: &str, trace: &[TraceOp], pairs: &[(String, String)], vm: bool) -> R
         .and_then(|v| v.parse().ok())
         .unwrap_or(3);
     let every = std::env::var("HELD_EVERY_PASS").is_ok_and(|v| v == "1");
+    let turns = std::env::var("STREAM_TURNS").is_ok_and(|v| v == "1");
+    let on_stream: Vec<TraceOp> = trace
+        .iter()
+        .map(|op| match *op {
+            TraceOp::Alloc { id, size, .. } => TraceOp::Alloc {
+                id,
+                size,
+                stream: 1,
+            },
+            other => other,
+        })
+        .collect();
+    let one_stream = [Stream::new()];
     let mut peak_req = 0u64;
     for pass in 0..passes.max(1) {
+        let (trace, streams) = if turns && pass % 2 == 1 {
+            (&on_stream[..], &one_stream[..])
+        } else {
+            (trace, &streams[..])
+        };
         let before = raw.raw_stats();
         let slow_before = arena.slow_allocations();
         let pages_before = (

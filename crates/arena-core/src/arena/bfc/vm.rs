@@ -458,7 +458,7 @@ impl<S: Source> State<S> {
                 // back to no stream, so that the next allocations of this turn take them
                 // without a wait each (and one on no stream, which takes only memory of no
                 // stream, at all: a stream's turn and a turn on no stream unmapped and
-                // mapped the memory again on every turn, a replay moving 30,000 pages a
+                // mapped the memory again on every turn: `mixed` by turns, 14,000 pages a
                 // pass).
                 self.untag_after_wait();
                 let (chunks, hosted) = (&self.chunks, &self.hosted);
