@@ -190,7 +190,7 @@ fn run(name: &str, trace: &[TraceOp], pairs: &[(String, String)], vm: bool) -> R
             counting.mapped.load(std::sync::atomic::Ordering::Relaxed),
             counting.unmapped.load(std::sync::atomic::Ordering::Relaxed),
         );
-        let r = replay(&arena, trace, &streams, pass == 0 || every).map_err(|e| e.to_string())?;
+        let r = replay(&arena, trace, streams, pass == 0 || every).map_err(|e| e.to_string())?;
         if pass == 0 {
             peak_req = r.peak_requested.max(1);
         }
