@@ -514,22 +514,23 @@ impl<R: RawAllocator, S: Source> Core<R, S> {
         rounded: u64,
         consumer: StreamId,
     ) -> bool {
-        if !self.hosted_waiting_anywhere(consumer).is_empty() {
+        let holding = |t: usize| {
+            self.subs
+                .get(t)
+                .and_then(|s| s.lock_unless_stalled())
+                .filter(|o| o.holds_stranded(rounded, consumer))
+        };
+        let candidates: Vec<usize> = idle
+            .iter()
+            .copied()
+            .filter(|&t| t != me && holding(t).is_some())
+            .collect();
+        // Only then the host streams of every part (each part's lock in turn).
+        if candidates.is_empty() || !self.hosted_waiting_anywhere(consumer).is_empty() {
             return false;
         }
         // Held through the wait: a chunk freed there meanwhile would not be covered by it.
-        let mut parts = Vec::new();
-        for &t in idle {
-            if t == me {
-                continue;
-            }
-            let Some(o) = self.subs.get(t).and_then(|s| s.lock_unless_stalled()) else {
-                continue;
-            };
-            if o.holds_stranded(rounded, consumer) {
-                parts.push(o);
-            }
-        }
+        let mut parts: Vec<_> = candidates.into_iter().filter_map(holding).collect();
         if parts.is_empty() || vm.synchronize().is_err() {
             return false;
         }
