@@ -1199,3 +1199,57 @@ fn two_threads_on_streams_of_their_own_taking_turns_move_no_pages_once_warm() {
     assert_eq!((unmaps, maps), (0, 0), "no pages move once warm");
     assert!(held <= 135, "{held} % of the live set mapped");
 }
+
+#[test]
+fn threads_on_streams_without_events_and_on_none_at_once_keep_the_arena_consistent() {
+    // Each thread in turn allocates a working set (its stream's, or on none) while the others
+    // allocate and free small chunks at once: past the headroom the active one waits and
+    // untags the others' idle parts as they come and go. Every stat stays exact and every chunk
+    // where it belongs.
+    let raw =
+        AddressSpaceAllocator::new(DeviceLimits::with_total(8 * GIB)).with_granularity(2 * MIB);
+    let vm: Arc<dyn VirtualMemory> = Arc::new(raw.vm());
+    let a = Arc::new(Arena::with_virtual_memory(raw, vm, ArenaConfig::default()).expect("arena"));
+    let barrier = Arc::new(std::sync::Barrier::new(4));
+    let threads: Vec<_> = (0..4u64)
+        .map(|n| {
+            let (a, barrier) = (a.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                cuda_arena_core::leave_shared_sub_arena();
+                let stream = (n % 2 == 0).then(Stream::new);
+                let alloc = |size: u64| {
+                    match &stream {
+                        Some(s) => a.alloc_on_stream(size, s),
+                        None => a.alloc(size),
+                    }
+                    .expect("fits")
+                    .expect("addr")
+                };
+                for phase in 0..12u64 {
+                    barrier.wait();
+                    if phase % 4 == n {
+                        for round in 0..6u64 {
+                            let held: Vec<u64> = (0..24u64)
+                                .map(|i| alloc(MIB * (4 + (i * 5 + round + n) % 9)))
+                                .collect();
+                            for p in held {
+                                a.free(p).expect("free");
+                            }
+                        }
+                    } else {
+                        for i in 0..300u64 {
+                            let p = alloc(64 * KIB * (1 + (i + n) % 16));
+                            a.free(p).expect("free");
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("thread");
+    }
+    a.check_invariants().expect("invariants");
+    assert_eq!(a.stats().in_use, 0);
+    assert!(a.layout_changes() > 0, "idle parts' memory was untagged");
+}
