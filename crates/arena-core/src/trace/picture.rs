@@ -141,7 +141,8 @@ pub struct PictureRecorder {
     chunks: BTreeMap<u64, Chunk>,
     /// Open regions: index into `picture.regions`.
     open_regions: Vec<usize>,
-    /// What the last stats read said: bytes held, extensions, shrinkages.
+    /// What the last look said: bytes held, extensions, shrinkages (the stats) and the
+    /// allocator's layout changes.
     last: (u64, u64, u64, u64),
 }
 

@@ -454,12 +454,11 @@ impl<S: Source> State<S> {
                 && vm.synchronize().is_ok()
             {
                 self.unknown_work = false;
-                // After the wait every free chunk of such a stream is done: all of them go
-                // back to no stream, so that the next allocations of this turn take them
-                // without a wait each (and one on no stream, which takes only memory of no
-                // stream, at all: a stream's turn and a turn on no stream unmapped and
-                // mapped the memory again on every turn: `mixed` by turns, 14,000 pages a
-                // pass).
+                // After the wait no free chunk here has work left: every chunk of a stream
+                // without events goes back to no stream, so the rest of this turn takes them
+                // without a wait each, and an allocation on no stream (which takes only memory
+                // of no stream) takes them at all: a stream's turn and one on no stream
+                // remapped the memory every turn (`mixed` by turns, 14,000 pages a pass).
                 self.untag_after_wait();
                 let (chunks, hosted) = (&self.chunks, &self.hosted);
                 let any = self.bins.best_fit_any(rounded, |id| {

@@ -498,8 +498,7 @@ impl<R: RawAllocator, S: Source> Core<R, S> {
     }
 
     /// Past the headroom, with nothing in an idle sub-arena this stream may take: where one
-    /// holds a free chunk of `rounded` bytes that another stream without events (or no stream)
-    /// left, the device is waited for once and every idle sub-arena's free chunks of such
+    /// holds a free chunk of `rounded` bytes that another stream without events left, the device is waited for once and every idle sub-arena's free chunks of such
     /// streams go back to no stream ([`State::untag_after_wait`]). An unmap for the headroom
     /// would wait for the device all the same, and then map pages again: two threads on
     /// streams of their own taking turns on one working set unmapped and mapped it on every
