@@ -1140,10 +1140,7 @@ fn a_virtual_memory_arena_without_streams_refuses_a_stream_and_serves_the_rest()
 /// mappings after the first six turns and the most bytes mapped over the live set's bytes,
 /// in percent.
 fn two_threads_taking_turns(first: Stream, second: Option<Stream>) -> (u64, u64, u64) {
-    let raw =
-        AddressSpaceAllocator::new(DeviceLimits::with_total(8 * GIB)).with_granularity(2 * MIB);
-    let vm: Arc<dyn VirtualMemory> = Arc::new(raw.vm());
-    let a = Arc::new(Arena::with_virtual_memory(raw, vm, ArenaConfig::default()).expect("arena"));
+    let a = Arc::new(vm_arena(8 * GIB, 2 * MIB, &[]));
     let sizes: Vec<u64> = (0..64u64)
         .map(|i| (i % 7 + 1) * 3 * MIB + i * 4096)
         .collect();
@@ -1206,10 +1203,7 @@ fn threads_on_streams_without_events_and_on_none_at_once_keep_the_arena_consiste
     // allocate and free small chunks at once: past the headroom the active one waits and
     // untags the others' idle parts as they come and go. Every stat stays exact and every chunk
     // where it belongs.
-    let raw =
-        AddressSpaceAllocator::new(DeviceLimits::with_total(8 * GIB)).with_granularity(2 * MIB);
-    let vm: Arc<dyn VirtualMemory> = Arc::new(raw.vm());
-    let a = Arc::new(Arena::with_virtual_memory(raw, vm, ArenaConfig::default()).expect("arena"));
+    let a = Arc::new(vm_arena(8 * GIB, 2 * MIB, &[]));
     let barrier = Arc::new(std::sync::Barrier::new(4));
     let threads: Vec<_> = (0..4u64)
         .map(|n| {
