@@ -1,6 +1,6 @@
 // The GPU machine's scripts for ONNX Runtime's CUDA provider (scripts/gpu/ort-cuda/) run here
 // without a GPU, so they cannot rot between GPU runs: pack.sh packs the app (no provider),
-// remote.sh unpacks it and runs tests.cjs and bench.sh on the `host` backend and the CPU provider,
+// remote.sh unpacks it and runs tests.cjs, bench.sh and pair.cjs on the `host` backend and the CPU provider,
 // through the packed packages. And a broken piece fails the run rather than passing quietly.
 import { spawnSync } from 'node:child_process'
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
@@ -30,6 +30,9 @@ ortSerial('the dry run packs, unpacks, passes every GPU test on the CPU provider
     const lines = readFileSync(join(keep, 'out', 'results.jsonl'), 'utf8').trim().split('\n')
     t.is(lines.length, 6, 'two scenarios x three allocators, one process each')
     t.true(lines.every((l) => (JSON.parse(l) as { result: unknown }).result !== null))
+    // pair.cjs: ORT's own allocator and the arena in one process, outputs compared request by request.
+    const pairs = readFileSync(join(keep, 'out', 'pairs.md'), 'utf8')
+    for (const scenario of ['one', 'k1']) t.regex(pairs, new RegExp(`\\| ${scenario} \\| \\d+\\.\\d+ .*\\| 1 \\| true \\|`), `a pair row for ${scenario}`)
   } finally {
     rmSync(keep, { recursive: true, force: true })
   }

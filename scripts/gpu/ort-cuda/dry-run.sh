@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU scripts without a GPU, so they do not rot: pack.sh (no provider, the machine's own
-# Node), remote.sh unpack, then remote.sh run with ORT_CUDA_DRY=1: tests.cjs and bench.sh on the
-# `host` backend and ONNX Runtime's CPU provider, through the packed packages. CI runs it
-# (__test__/ort-cuda-dry-run.spec.ts). Needs npm ci && npm run build.
+# Node), remote.sh unpack, then remote.sh run and pair with ORT_CUDA_DRY=1: tests.cjs, bench.sh
+# and pair.cjs on the `host` backend and ONNX Runtime's CPU provider, through the packed packages.
+# CI runs it (__test__/ort-cuda-dry-run.spec.ts). Needs npm ci && npm run build.
 #   bash scripts/gpu/ort-cuda/dry-run.sh [KEEP_DIR]
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -12,5 +12,6 @@ DEST=$T/pieces WORK=$T/work PROVIDER=none NODE_XZ=0 XZ_LEVEL=-0 bash "$HERE/pack
 export ORT_CUDA_DRY=1 ORT_CUDA_ROOT=$T/remote
 bash "$HERE/remote.sh" unpack "$T/pieces/call1"
 ROUNDS=1 bash "$HERE/remote.sh" run "$T/out"
+PAIR_PROCESSES=1 bash "$HERE/remote.sh" pair "$T/out"
 # multi.cjs needs two GPUs: here it is only parsed.
 node --check "$HERE/multi.cjs"

@@ -7,6 +7,9 @@
 #   bash scripts/gpu/ort-cuda/remote.sh run OUT       tests, then bench
 #   bash scripts/gpu/ort-cuda/remote.sh bert OUT      only export BERT (while the next pieces wait)
 #   bash scripts/gpu/ort-cuda/remote.sh multi OUT     two GPUs: multi.cjs in each mode
+#   bash scripts/gpu/ort-cuda/remote.sh pair OUT      ORT's own allocator and the arena timed in
+#                                                     pairs in one process (pair.cjs): OUT/pairs.md
+#        (PAIR_PROCESSES=6 per scenario, PAIR_CONF='' the arena's config, PAIR_SCENARIOS="one k1")
 # BERT-base is exported there (export_bert.py, torch's exporter) into $ORT_CUDA_ROOT/bert.onnx.
 # The CUDA provider needs CUDA 13's cuBLAS, cuRAND, cudart (and cuDNN, cuFFT for some operators):
 # those of torch's `nvidia` wheels are put on the library path.
@@ -93,6 +96,44 @@ multi)
   done
   exit "$rc"
   ;;
+pair)
+  OUT=${2:?usage: remote.sh pair OUT}
+  mkdir -p "$OUT"
+  ready
+  bert "$OUT"
+  if [ "$DRY" = 1 ]; then model=$APP/mlp.onnx kind=mlp; else model=$R/bert.onnx kind=bert; fi
+  : >"$OUT/pairs.jsonl"
+  rc=0
+  for sc in ${PAIR_SCENARIOS:-one k1}; do
+    # serve.cjs's scenarios of one session: requests, max batch, max sequence.
+    case $sc in
+    one) args=(300 32 512) ;;
+    k1) args=(60 16 256) ;;
+    *) say "no scenario $sc (one, k1)"; exit 2 ;;
+    esac
+    [ "$DRY" = 1 ] && args=(12 64 8)
+    for p in $(seq 1 "${PAIR_PROCESSES:-6}"); do
+      line=$(UV_THREADPOOL_SIZE=4 timeout 300 "$NODE" "$HERE/pair.cjs" "${PAIR_CONF:-}" "${args[@]}" "$model" "$kind" 2>&1 | tee -a "$OUT/pair.log" | grep -E '^(PAIR|FAILED)' | tail -n 1)
+      if [[ $line == PAIR* ]]; then
+        printf '{"scenario":"%s","process":%d,"result":%s}\n' "$sc" "$p" "${line#PAIR }" >>"$OUT/pairs.jsonl"
+      else
+        rc=1
+      fi
+      say "pair $sc $p: ${line:0:300}"
+    done
+  done
+  "$NODE" -e '
+    const rows = require("fs").readFileSync(process.argv[1], "utf8").trim().split("\n").filter(Boolean).map(JSON.parse)
+    const med = (xs) => { const s = [...xs].sort((a, b) => a - b); return s[s.length >> 1] }
+    console.log("| scenario | arena ÷ ORT, requests/s (median of processes, range) | per request (median) | processes | outputs identical |")
+    console.log("|---|---:|---:|---:|---|")
+    for (const sc of [...new Set(rows.map((r) => r.scenario))]) {
+      const rs = rows.filter((r) => r.scenario === sc).map((r) => r.result)
+      const q = rs.map((r) => r.ratio)
+      console.log(`| ${sc} | ${med(q).toFixed(3)} (${Math.min(...q).toFixed(3)}–${Math.max(...q).toFixed(3)}) | ${med(rs.map((r) => r.medianRatio)).toFixed(3)} | ${rs.length} | ${rs.every((r) => r.identical)} |`)
+    }' "$OUT/pairs.jsonl" | tee "$OUT/pairs.md" || rc=1
+  exit "$rc"
+  ;;
 tests | bench | run)
   OUT=${2:?usage: remote.sh $1 OUT}
   mkdir -p "$OUT"
@@ -114,7 +155,7 @@ tests | bench | run)
   exit "$rc"
   ;;
 *)
-  echo "usage: remote.sh unpack DIR | bert OUT | tests OUT | bench OUT | run OUT | multi OUT" >&2
+  echo "usage: remote.sh unpack DIR | bert OUT | tests OUT | bench OUT | run OUT | multi OUT | pair OUT" >&2
   exit 2
   ;;
 esac

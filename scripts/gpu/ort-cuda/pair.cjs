@@ -1,0 +1,96 @@
+// ONNX Runtime's own allocator and a cuda-arena allocator timed in pairs in one process, request
+// by request: the steadier figure for the throughput bar of one session (issue 25). bench.sh
+// runs each allocator in processes of its own, whose speed swings ±15 % from process to process
+// on the GPU machine (docs/benchmarks.md); here whatever moves the process moves both alike.
+//   ORT_CUDA_APP=APP node pair.cjs CONF REQUESTS MAX_BATCH MAX_SEQ MODEL [bert|mlp]
+// Two sessions of one model: one on ORT's own allocator, one with the session option that takes
+// the cuda-arena allocator registered with CONF (`k=v,k=v`; '' the defaults). Each request
+// (seeded batch x sequence, as serve.cjs draws them) runs on both, one after the other, the
+// order swapping every request, each run timed alone; one session runs one request at a time,
+// so the time of a run is what a session's throughput is made of. The first WARM requests of
+// each are not counted. Outputs must be identical bit for bit, request by request.
+// Prints 'PAIR {json}': the sum and median of each allocator's run times (ms), `ratio` (ORT's
+// sum ÷ the arena's: the arena's requests/s ÷ ORT's) and `medianRatio` (the median over
+// requests of ORT's time ÷ the arena's), and whether every output matched.
+'use strict'
+const { modules, target, rng, parseConf, num, MODELS, outputBytes, sameBytes } = require('./lib.cjs')
+
+const [conf = '', nreq = '60', maxB = '16', maxS = '256', modelPath, kind = 'bert'] = process.argv.slice(2)
+if (!modelPath || !MODELS[kind]) {
+  console.error('usage: node pair.cjs CONF REQUESTS MAX_BATCH MAX_SEQ MODEL [bert|mlp]')
+  process.exit(2)
+}
+const T = target()
+const { ort, arena } = modules()
+ort.env.logLevel = 'error'
+const model = MODELS[kind]
+const WARM = 3
+
+const median = (xs) => {
+  const s = [...xs].sort((a, b) => a - b)
+  return s.length ? s[s.length >> 1] : null
+}
+
+async function main() {
+  const N = Number(nreq)
+  const factory = new arena.AllocatorFactory({ name: 'pair', backend: T.backend })
+  const reg = arena.useWithOnnxRuntime(factory, T.memory, parseConf(conf))
+  const own = await ort.InferenceSession.create(modelPath, { executionProviders: T.providers })
+  const ours = await ort.InferenceSession.create(modelPath, { ...reg.sessionOptions, executionProviders: T.providers })
+  const r = rng(100)
+  const ms = { own: [], ours: [] }
+  let identical = true
+  const timed = async (session, feeds) => {
+    const t = process.hrtime.bigint()
+    const out = await session.run(feeds)
+    return [Number(process.hrtime.bigint() - t) / 1e6, out]
+  }
+  for (let q = 0; q < N + WARM; q++) {
+    const b = 1 + Math.floor(r() * Number(maxB))
+    const s = 8 + Math.floor(r() * (Number(maxS) - 7))
+    // One draw of inputs for both: the same tensors' data, fed twice.
+    const feeds = model.inputs(ort, b, s, r)
+    const order = q % 2 === 0 ? ['own', 'ours'] : ['ours', 'own']
+    const outs = {}
+    for (const who of order) {
+      const [t, out] = await timed(who === 'own' ? own : ours, feeds)
+      outs[who] = out
+      if (q >= WARM) ms[who].push(t)
+    }
+    if (!sameBytes(outputBytes(model, outs.own), outputBytes(model, outs.ours))) identical = false
+  }
+  const stats = num(reg.allocator.getStats())
+  const { streamHandles, ...calls } = reg.calls()
+  await own.release()
+  await ours.release()
+  reg.unregister()
+  const sum = (xs) => xs.reduce((a, b) => a + b, 0)
+  const result = {
+    conf,
+    requests: N,
+    maxBatch: Number(maxB),
+    maxSeq: Number(maxS),
+    kind,
+    dry: T.dry,
+    ownMs: sum(ms.own),
+    oursMs: sum(ms.ours),
+    ownMedianMs: median(ms.own),
+    oursMedianMs: median(ms.ours),
+    ratio: sum(ms.own) / sum(ms.ours),
+    medianRatio: median(ms.own.map((t, i) => t / ms.ours[i])),
+    identical,
+    oursMaxInUseMiB: stats.maxInUse / 2 ** 20,
+    oursHeldEndMiB: stats.totalAllocated / 2 ** 20,
+    oursAllocs: stats.numAllocs,
+    oursExtensions: stats.numArenaExtensions,
+    oursShrinkages: stats.numArenaShrinkages,
+    // What ONNX Runtime asked of the arena (OnnxRuntimeAllocatorCalls), and how many streams it knows.
+    oursCalls: { ...calls, streams: streamHandles.length },
+  }
+  console.log('PAIR ' + JSON.stringify(result))
+  if (!identical) process.exitCode = 1
+}
+main().catch((e) => {
+  console.log('FAILED', e && e.code ? `${e.code}:` : '', e && e.stack ? e.stack : e)
+  process.exitCode = 2
+})
