@@ -6,7 +6,8 @@
 // Two sessions of one model: one on ORT's own allocator, one with the session option that takes
 // the cuda-arena allocator registered with CONF (`k=v,k=v`; '' the defaults). Each request
 // (seeded batch x sequence, as serve.cjs draws them) runs on both, one after the other, the
-// order swapping every request, each run timed alone; one session runs one request at a time,
+// order swapping every request, each run timed alone (CONF `ort`: both sessions on ORT's own
+// allocator, the control that shows what the pairing itself gives); one session runs one request at a time,
 // so the time of a run is what a session's throughput is made of. The first WARM requests of
 // each are not counted. Outputs must be identical bit for bit, request by request.
 // Prints 'PAIR {json}': the sum and median of each allocator's run times (ms), `ratio` (ORT's
@@ -34,9 +35,22 @@ const median = (xs) => {
 async function main() {
   const N = Number(nreq)
   const factory = new arena.AllocatorFactory({ name: 'pair', backend: T.backend })
-  const reg = arena.useWithOnnxRuntime(factory, T.memory, parseConf(conf))
-  const own = await ort.InferenceSession.create(modelPath, { executionProviders: T.providers })
-  const ours = await ort.InferenceSession.create(modelPath, { ...reg.sessionOptions, executionProviders: T.providers })
+  const control = conf === 'ort'
+  const reg = arena.useWithOnnxRuntime(factory, T.memory, control ? {} : parseConf(conf))
+  // With both sessions on ORT's own allocator (the control, BERT at K = 1 on an H200), the one
+  // created second, and the one that ran first on the requests at even places of the seeded
+  // sequence, ran 1-3 % slower. PAIR_OURS_FIRST=1 creates the arena's session first and runs
+  // it first on even requests; remote.sh alternates it from process to process, so that over
+  // a pair of processes each session runs each request in both places.
+  const oursFirst = process.env.PAIR_OURS_FIRST === '1'
+  const create = (withArena) =>
+    ort.InferenceSession.create(modelPath, {
+      ...(withArena && !control ? reg.sessionOptions : {}),
+      executionProviders: T.providers,
+    })
+  const first = await create(oursFirst)
+  const second = await create(!oursFirst)
+  const [own, ours] = oursFirst ? [second, first] : [first, second]
   const r = rng(100)
   const ms = { own: [], ours: [] }
   let identical = true
@@ -50,7 +64,7 @@ async function main() {
     const s = 8 + Math.floor(r() * (Number(maxS) - 7))
     // One draw of inputs for both: the same tensors' data, fed twice.
     const feeds = model.inputs(ort, b, s, r)
-    const order = q % 2 === 0 ? ['own', 'ours'] : ['ours', 'own']
+    const order = (q + (oursFirst ? 1 : 0)) % 2 === 0 ? ['own', 'ours'] : ['ours', 'own']
     const outs = {}
     for (const who of order) {
       const [t, out] = await timed(who === 'own' ? own : ours, feeds)
@@ -67,6 +81,7 @@ async function main() {
   const sum = (xs) => xs.reduce((a, b) => a + b, 0)
   const result = {
     conf,
+    oursFirst,
     requests: N,
     maxBatch: Number(maxB),
     maxSeq: Number(maxS),

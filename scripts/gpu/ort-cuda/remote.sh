@@ -9,7 +9,8 @@
 #   bash scripts/gpu/ort-cuda/remote.sh multi OUT     two GPUs: multi.cjs in each mode
 #   bash scripts/gpu/ort-cuda/remote.sh pair OUT      ORT's own allocator and the arena timed in
 #                                                     pairs in one process (pair.cjs): OUT/pairs.md
-#        (PAIR_PROCESSES=6 per scenario, PAIR_CONF='' the arena's config, PAIR_SCENARIOS="one k1")
+#        (PAIR_PROCESSES=6 per scenario, PAIR_CONF='' the arena's config or `ort` for the control
+#        with both sessions on ORT's own allocator, PAIR_SCENARIOS="one k1")
 # BERT-base is exported there (export_bert.py, torch's exporter) into $ORT_CUDA_ROOT/bert.onnx.
 # The CUDA provider needs CUDA 13's cuBLAS, cuRAND, cudart (and cuDNN, cuFFT for some operators):
 # those of torch's `nvidia` wheels are put on the library path.
@@ -113,7 +114,8 @@ pair)
     esac
     [ "$DRY" = 1 ] && args=(12 64 8)
     for p in $(seq 1 "${PAIR_PROCESSES:-6}"); do
-      line=$(UV_THREADPOOL_SIZE=4 timeout 300 "$NODE" "$HERE/pair.cjs" "${PAIR_CONF:-}" "${args[@]}" "$model" "$kind" 2>&1 | tee -a "$OUT/pair.log" | grep -E '^(PAIR|FAILED)' | tail -n 1)
+      # Which session is created and runs first alternates (pair.cjs says why).
+      line=$(PAIR_OURS_FIRST=$((p % 2 == 0)) UV_THREADPOOL_SIZE=4 timeout 300 "$NODE" "$HERE/pair.cjs" "${PAIR_CONF:-}" "${args[@]}" "$model" "$kind" 2>&1 | tee -a "$OUT/pair.log" | grep -E '^(PAIR|FAILED)' | tail -n 1)
       if [[ $line == PAIR* ]]; then
         printf '{"scenario":"%s","process":%d,"result":%s}\n' "$sc" "$p" "${line#PAIR }" >>"$OUT/pairs.jsonl"
       else
@@ -125,12 +127,13 @@ pair)
   "$NODE" -e '
     const rows = require("fs").readFileSync(process.argv[1], "utf8").trim().split("\n").filter(Boolean).map(JSON.parse)
     const med = (xs) => { const s = [...xs].sort((a, b) => a - b); return s[s.length >> 1] }
-    console.log("| scenario | arena ÷ ORT, requests/s (median of processes, range) | per request (median) | processes | outputs identical |")
-    console.log("|---|---:|---:|---:|---|")
+    const mean = (xs) => xs.reduce((a, b) => a + b, 0) / xs.length
+    console.log("| scenario | arena ÷ ORT, requests/s (median of processes, range) | mean of processes | per request (median) | processes | outputs identical |")
+    console.log("|---|---:|---:|---:|---:|---|")
     for (const sc of [...new Set(rows.map((r) => r.scenario))]) {
       const rs = rows.filter((r) => r.scenario === sc).map((r) => r.result)
       const q = rs.map((r) => r.ratio)
-      console.log(`| ${sc} | ${med(q).toFixed(3)} (${Math.min(...q).toFixed(3)}–${Math.max(...q).toFixed(3)}) | ${med(rs.map((r) => r.medianRatio)).toFixed(3)} | ${rs.length} | ${rs.every((r) => r.identical)} |`)
+      console.log(`| ${sc} | ${med(q).toFixed(3)} (${Math.min(...q).toFixed(3)}–${Math.max(...q).toFixed(3)}) | ${mean(q).toFixed(3)} | ${med(rs.map((r) => r.medianRatio)).toFixed(3)} | ${rs.length} | ${rs.every((r) => r.identical)} |`)
     }' "$OUT/pairs.jsonl" | tee "$OUT/pairs.md" || rc=1
   exit "$rc"
   ;;
