@@ -126,3 +126,122 @@ fn memory_of_no_stream_freed_after_a_wait_makes_the_next_unmap_wait_again() {
         "p's pages wait for the device again"
     );
 }
+
+/// Thread B's part: 32 buffers of 4 MiB on no stream, the even ones freed (64 MiB of wholly
+/// free pages whose work is on no stream the arena knows: unmapping them waits), the odd ones
+/// kept. Returns the kept buffers.
+fn a_part_with_free_pages_of_no_stream(
+    a: &Arc<Arena<AddressSpaceAllocator>>,
+    b: &Worker,
+) -> Vec<u64> {
+    let a = a.clone();
+    b.run(move || {
+        let all: Vec<u64> = (0..32).map(|_| alloc(&*a, 4 * MIB)).collect();
+        let mut kept = Vec::new();
+        for (i, p) in all.into_iter().enumerate() {
+            if i % 2 == 0 {
+                a.free(p).expect("free");
+            } else {
+                kept.push(p);
+            }
+        }
+        kept
+    })
+}
+
+/// Issue 25: past the arena-wide headroom, a thread's mapping unmaps free pages of another
+/// thread's part, and such an unmap waits for the device when their work is on no stream the
+/// arena knows. It must not while a host stream has work pending, in whichever part: that
+/// work may wait on this very caller (a stream held at a gate it opens later), as the headroom
+/// of the caller's own part already knew. The mapping holds more pages instead; once the
+/// stream's events say its work is done, the next mapping unmaps them.
+#[test]
+fn the_headroom_never_waits_for_the_device_in_another_part_while_a_host_stream_has_work_pending() {
+    let (sim, a, vm, streams) = {
+        let sim = SimEvents::new();
+        let (a, vm, streams) = setup(sim.clone());
+        (sim, Arc::new(a), vm, streams)
+    };
+    let b = Worker::new();
+    let kept = a_part_with_free_pages_of_no_stream(&a, &b);
+    let s = streams.get(7).expect("stream");
+    let caller = Worker::new();
+    let (a2, s2) = (a.clone(), s.clone());
+    let waits = vm.clone();
+    let (waited, big) = caller.run(move || {
+        // S's work up to this free is queued and, here, never completes.
+        let p = on(&*a2, &s2, MIB);
+        a2.free(p).expect("free on S");
+        let big = on(&*a2, &s2, 64 * MIB);
+        (waits.waiting_unmaps() + waits.synchronizations(), big)
+    });
+    assert_eq!(waited, 0, "no wait for the device while S has work pending");
+    a.check_invariants().expect("invariants");
+    // S's work completes: the next mapping past the headroom may wait on B's pages again.
+    let events = s.free_events().expect("events");
+    events.advance(); // an event covering S's frees, then done
+    sim.finish(7);
+    events.advance();
+    let (a3, s3) = (a.clone(), s.clone());
+    let more = caller.run(move || on(&*a3, &s3, 64 * MIB));
+    assert!(
+        vm.waiting_unmaps() > 0,
+        "B's free pages went back once nothing pending could wait on the caller"
+    );
+    for p in [big, more].into_iter().chain(kept) {
+        a.free(p).expect("free");
+    }
+    a.check_invariants().expect("invariants");
+}
+
+/// The other way round: the caller's own headroom unmaps its own free pages of no stream (a
+/// wait for the device) while host stream S of another thread's part has its frees pending
+/// (`s_done`: or known done). Returns the waits for the device the caller's allocation made.
+fn own_headroom_waits_beside_another_parts_host_stream(s_done: bool) -> u64 {
+    let sim = SimEvents::new();
+    let (a, vm, streams) = setup(sim.clone());
+    let a = Arc::new(a);
+    let b = Worker::new();
+    let s = streams.get(7).expect("stream");
+    let (a2, s2) = (a.clone(), s.clone());
+    b.run(move || {
+        // S's work up to this free is queued.
+        let p = on(&*a2, &s2, MIB);
+        a2.free(p).expect("free on S");
+    });
+    if s_done {
+        let events = s.free_events().expect("events");
+        events.advance(); // an event covering S's frees, then done
+        sim.finish(7);
+        events.advance();
+    }
+    let caller = Worker::new();
+    let kept = a_part_with_free_pages_of_no_stream(&a, &caller);
+    let (a3, waits) = (a.clone(), vm.clone());
+    let (waited, big) = caller.run(move || {
+        let big = alloc(&*a3, 96 * MIB);
+        (waits.waiting_unmaps() + waits.synchronizations(), big)
+    });
+    for p in std::iter::once(big).chain(kept) {
+        a.free(p).expect("free");
+    }
+    a.check_invariants().expect("invariants");
+    waited
+}
+
+/// As above, for the caller's own headroom: it never waits for the device while a host
+/// stream of another thread's part has work pending.
+#[test]
+fn the_own_headroom_never_waits_for_the_device_while_another_parts_host_stream_has_work_pending() {
+    assert_eq!(
+        own_headroom_waits_beside_another_parts_host_stream(false),
+        0
+    );
+}
+
+/// The same allocation once S's events say its work is done: the caller's free pages go back,
+/// after a wait for the device (what the test above keeps from happening).
+#[test]
+fn the_own_headroom_waits_for_the_device_once_every_host_streams_work_is_known_done() {
+    assert!(own_headroom_waits_beside_another_parts_host_stream(true) > 0);
+}

@@ -171,6 +171,26 @@ impl<R: RawAllocator, S: Source> Core<R, S> {
         all
     }
 
+    /// Whether a host stream tagging chunks in a sub-arena other than `except` has work its
+    /// events do not yet say is done (as last queried): a wait for the device would wait for
+    /// it too, and it may wait on the caller. With `wait` false, a sub-arena another thread
+    /// holds is passed over (the caller holds its own lock): best effort, as the walks above.
+    pub(super) fn host_work_pending(&self, except: Option<usize>, wait: bool) -> bool {
+        let parts: Vec<usize> = self.subs.used().filter(|&t| Some(t) != except).collect();
+        parts.into_iter().any(|t| {
+            self.subs
+                .get(t)
+                .and_then(|sub| {
+                    if wait {
+                        Some(sub.lock())
+                    } else {
+                        sub.try_lock()
+                    }
+                })
+                .is_some_and(|st| st.hosted.any_incomplete())
+        })
+    }
+
     fn hosted_waiting_in_subs(&self, consumer: StreamId, wait: bool) -> Vec<Arc<FreeEvents>> {
         let mut all: Vec<Arc<FreeEvents>> = Vec::new();
         for t in self.subs.used().collect::<Vec<_>>() {

@@ -278,6 +278,9 @@ pub(super) struct Elsewhere<'a> {
     /// Mapped bytes this sub-arena may hold whatever its own headroom says: while other
     /// threads' sub-arenas are busy too, what the arena-wide ceiling leaves it (0: none).
     pub(super) cap_floor: u64,
+    /// Whether a host stream of another sub-arena has work pending, as its events last said
+    /// (asked only when the headroom would unmap): then no unmap waits for the device.
+    pub(super) host_work_elsewhere: &'a dyn Fn() -> bool,
 }
 
 /// Which free pages an unmapping pass looks at.
@@ -286,8 +289,10 @@ enum Scan {
     /// Mapped free chunks of at least a page (from the bins): cheap, for the threshold.
     Large,
     /// As `Large`, for the headroom of a mapping for this stream: the runs are remembered as
-    /// evicted (churn), and the stream's own pending work on them is waited for.
-    Headroom(StreamId),
+    /// evicted (churn), and the stream's own pending work on them is waited for. The flag
+    /// says whether the device may be waited for as far as the rest of the arena knows: no
+    /// host stream of another sub-arena has work pending (it may wait on the caller).
+    Headroom(StreamId, bool),
     /// Every run of adjacent mapped free chunks, whatever their streams: for shrink and out
     /// of memory.
     Everything,
@@ -386,15 +391,18 @@ impl<S: Source> State<S> {
 
     /// Unmaps up to `bytes` of this sub-arena's wholly free pages for another sub-arena's
     /// mapping for stream `consumer` (the arena-wide headroom); returns the bytes unmapped.
+    /// `device_wait` false: a host stream has work pending somewhere, so no unmap here waits
+    /// for the device.
     pub(super) fn vm_unmap_for_another(
         &mut self,
         vm: &dyn VirtualMemory,
         bytes: u64,
         consumer: StreamId,
+        device_wait: bool,
     ) -> u64 {
         let before = self.stats.total_allocated;
         // A refused unmap leaves its pages mapped and counted; the next pass tries again.
-        let _ = self.vm_unmap_free(vm, None, bytes, Scan::Headroom(consumer));
+        let _ = self.vm_unmap_free(vm, None, bytes, Scan::Headroom(consumer, device_wait));
         before - self.stats.total_allocated
     }
 

@@ -210,6 +210,10 @@ impl<R: RawAllocator, S: Source> Core<R, S> {
                 .held()
                 .saturating_add(need)
                 .saturating_sub(ceiling);
+            // Those unmaps wait for the device where their pages' work is unknown: never while
+            // a host stream of any sub-arena, this one's too, has work pending (it may wait on
+            // this caller), as a sub-arena's own headroom knows of its own streams.
+            let device_wait = over > 0 && !self.host_work_pending(None, true);
             for other in self.others(me) {
                 if over == 0 {
                     break;
@@ -220,7 +224,7 @@ impl<R: RawAllocator, S: Source> Core<R, S> {
                     continue;
                 };
                 let before = o.held();
-                over = over.saturating_sub(o.vm_unmap_for_another(vm, over, consumer));
+                over = over.saturating_sub(o.vm_unmap_for_another(vm, over, consumer, device_wait));
                 self.subs.follow_budget(before, o.held());
             }
             if waited != Waited::Settled
@@ -388,11 +392,14 @@ impl<R: RawAllocator, S: Source> Core<R, S> {
         let consumer = stream.map_or(0, Stream::id);
         let before = st.held();
         let region_id = || self.subs.next_region_id();
+        // This sub-arena's lock is held: the others are asked without waiting for theirs.
+        let host_work_elsewhere = || self.host_work_pending(Some(me), false);
         let elsewhere = Elsewhere {
             config: &self.config,
             held: self.subs.held().saturating_sub(before),
             region_id: &region_id,
             cap_floor,
+            host_work_elsewhere: &host_work_elsewhere,
         };
         // The sub-arena's lock before the stream's clock (the lock order).
         let clock = stream.map(Stream::clock);

@@ -144,7 +144,13 @@ impl<S: Source> State<S> {
             let cap = p.cap(peak).max(elsewhere.cap_floor);
             let mapped = p.pages.mapped_bytes();
             if mapped.saturating_add(need) > cap {
-                self.vm_unmap_free(vm, keep, mapped + need - cap, Scan::Headroom(consumer));
+                let device_wait = !(elsewhere.host_work_elsewhere)();
+                self.vm_unmap_free(
+                    vm,
+                    keep,
+                    mapped + need - cap,
+                    Scan::Headroom(consumer, device_wait),
+                );
             }
             if let Some(p) = self.source.pages_mut() {
                 p.note_mapping_stream(consumer);

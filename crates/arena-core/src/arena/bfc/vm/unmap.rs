@@ -14,7 +14,7 @@ impl<S: Source> State<S> {
         // Spans of adjacent mapped free chunks: (slot, lo, hi, first chunk).
         let mut spans: Vec<(u32, u64, u64, u32)> = Vec::new();
         match scan {
-            Scan::Large | Scan::Headroom(_) => {
+            Scan::Large | Scan::Headroom(..) => {
                 for b in bin_for_size(page)..NUM_BINS {
                     for id in self.bins.bin_ids(b) {
                         let c = self.chunks.get(id);
@@ -90,7 +90,7 @@ impl<S: Source> State<S> {
         // first, BERT serving held 614 MiB in 2 of 13 runs on an H200, against 588 in the 16
         // runs of the two sessions before; the fit packs low, so top pages stay free longest).
         let others = match scan {
-            Scan::Headroom(consumer) => self.hosted.others_progress(consumer).is_some(),
+            Scan::Headroom(consumer, _) => self.hosted.others_progress(consumer).is_some(),
             _ => false,
         };
         if !others || self.unknown_work {
@@ -145,17 +145,18 @@ impl<S: Source> State<S> {
             let take = end - start;
             // Waiting for the device only when a chunk's stream is not known past its free.
             let mut idle = self.vm_run_idle(first, start, start + take);
-            if let Scan::Headroom(consumer) = scan {
+            if let Scan::Headroom(consumer, device_wait) = scan {
                 if !idle && !may_wait {
                     continue;
                 }
                 if !idle
-                    && (self.hosted.any_incomplete()
+                    && (!device_wait
+                        || self.hosted.any_incomplete()
                         || self.vm_run_has_host_chunks(first, start + take))
                 {
-                    // For the headroom, never wait on another host stream's pending work: it
-                    // may wait on this very caller (a stream held at a gate the host opens
-                    // later; issue 25's GPU test deadlocked so). The consumer's own work is
+                    // For the headroom, never wait on a host stream's pending work, here or in
+                    // another sub-arena: it may wait on this very caller (a stream held at a
+                    // gate the host opens later; issue 25's GPU test deadlocked so). The consumer's own work is
                     // waited for, as PyTorch's expandable segments synchronize the stream
                     // before unmapping: with its pages kept mapped, one stream past the
                     // headroom mapped more on every miss (BERT serving 618 MiB against 584).
@@ -186,7 +187,7 @@ impl<S: Source> State<S> {
                 self.stats.num_arena_extensions = p.pages.extents();
             }
             self.stats.num_arena_shrinkages += 1;
-            if matches!(scan, Scan::Headroom(_)) {
+            if matches!(scan, Scan::Headroom(..)) {
                 if let Some(p) = self.source.pages_mut() {
                     if p.evicted.len() == CHURN_WINDOW {
                         p.evicted.pop_front();
