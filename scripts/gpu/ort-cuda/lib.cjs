@@ -101,4 +101,19 @@ function usedBytes(factory) {
   return Number(d.rawBytesOutstanding)
 }
 
-module.exports = { modules, target, rng, parseConf, num, MODELS, outputBytes, sameBytes, usedBytes }
+/** What a benchmark process runs on: the target, the two packages (ORT logging errors only), the model. */
+function runtime(kind) {
+  const T = target()
+  const { ort, arena } = modules()
+  ort.env.logLevel = 'error'
+  return { T, ort, arena, model: MODELS[kind] }
+}
+
+/** A request's shape drawn from `r`: batch 1..maxBatch, sequence 8..maxSeq (serve.cjs and pair.cjs alike). */
+function drawShape(r, maxBatch, maxSeq) {
+  const b = 1 + Math.floor(r() * Number(maxBatch))
+  const s = 8 + Math.floor(r() * (Number(maxSeq) - 7))
+  return [b, s]
+}
+
+module.exports = { modules, target, runtime, drawShape, rng, parseConf, num, MODELS, outputBytes, sameBytes, usedBytes }

@@ -14,17 +14,14 @@
 // sum ÷ the arena's: the arena's requests/s ÷ ORT's) and `medianRatio` (the median over
 // requests of ORT's time ÷ the arena's), and whether every output matched.
 'use strict'
-const { modules, target, rng, parseConf, num, MODELS, outputBytes, sameBytes } = require('./lib.cjs')
+const { runtime, drawShape, rng, parseConf, num, MODELS, outputBytes, sameBytes } = require('./lib.cjs')
 
 const [conf = '', nreq = '60', maxB = '16', maxS = '256', modelPath, kind = 'bert'] = process.argv.slice(2)
 if (!modelPath || !MODELS[kind]) {
   console.error('usage: node pair.cjs CONF REQUESTS MAX_BATCH MAX_SEQ MODEL [bert|mlp]')
   process.exit(2)
 }
-const T = target()
-const { ort, arena } = modules()
-ort.env.logLevel = 'error'
-const model = MODELS[kind]
+const { T, ort, arena, model } = runtime(kind)
 const WARM = 3
 
 const median = (xs) => {
@@ -60,8 +57,7 @@ async function main() {
     return [Number(process.hrtime.bigint() - t) / 1e6, out]
   }
   for (let q = 0; q < N + WARM; q++) {
-    const b = 1 + Math.floor(r() * Number(maxB))
-    const s = 8 + Math.floor(r() * (Number(maxS) - 7))
+    const [b, s] = drawShape(r, maxB, maxS)
     // One draw of inputs for both: the same tensors' data, fed twice.
     const feeds = model.inputs(ort, b, s, r)
     const order = (q + (oursFirst ? 1 : 0)) % 2 === 0 ? ['own', 'ours'] : ['ours', 'own']

@@ -10,17 +10,14 @@
 // also the arena's own peak held (TotalAllocated, sampled) and MaxInUse.
 // Prints 'RESULT {json}'.
 'use strict'
-const { modules, target, rng, parseConf, num, MODELS, usedBytes } = require('./lib.cjs')
+const { runtime, drawShape, rng, parseConf, num, MODELS, usedBytes } = require('./lib.cjs')
 
 const [mode, conf = '', k = '1', nreq = '60', maxB = '16', maxS = '256', modelPath, kind = 'bert'] = process.argv.slice(2)
 if (!['ort', 'arena'].includes(mode) || !modelPath || !MODELS[kind]) {
   console.error('usage: node serve.cjs ort|arena CONF SESSIONS REQUESTS MAX_BATCH MAX_SEQ MODEL [bert|mlp]')
   process.exit(2)
 }
-const T = target()
-const { ort, arena } = modules()
-ort.env.logLevel = 'error'
-const model = MODELS[kind]
+const { T, ort, arena, model } = runtime(kind)
 const MiB = 2 ** 20
 const WARM = 3
 
@@ -74,8 +71,7 @@ async function main() {
   async function worker(i) {
     const r = rng(100 + i)
     for (let q = 0; q < N + WARM; q++) {
-      const b = 1 + Math.floor(r() * Number(maxB))
-      const s = 8 + Math.floor(r() * (Number(maxS) - 7))
+      const [b, s] = drawShape(r, maxB, maxS)
       const t = process.hrtime.bigint()
       const out = await sessions[i].run(model.inputs(ort, b, s, r))
       const ms = Number(process.hrtime.bigint() - t) / 1e6
