@@ -245,3 +245,58 @@ fn the_own_headroom_never_waits_for_the_device_while_another_parts_host_stream_h
 fn the_own_headroom_waits_for_the_device_once_every_host_streams_work_is_known_done() {
     assert!(own_headroom_waits_beside_another_parts_host_stream(true) > 0);
 }
+
+/// A thread taking turns on one 64 MiB buffer, on a stream without events and on no stream
+/// (past the headroom a turn on no stream waits for the device once, and the stream's free
+/// memory then serves it), while host stream S of another thread's part has its frees pending
+/// (`s_done`: or known done). Returns the waits for the device: synchronizations and unmaps
+/// that waited.
+fn turns_beside_another_parts_host_stream(s_done: bool) -> u64 {
+    let sim = SimEvents::new();
+    let (a, vm, streams) = setup(sim.clone());
+    let a = Arc::new(a);
+    let s = streams.get(7).expect("stream");
+    let (a2, s2) = (a.clone(), s.clone());
+    // Alive throughout: a thread that ends gives its sub-arena's number to the next one.
+    let b = Worker::new();
+    b.run(move || {
+        let p = on(&*a2, &s2, MIB);
+        a2.free(p).expect("free on S");
+    });
+    if s_done {
+        let events = s.free_events().expect("events");
+        events.advance(); // an event covering S's frees, then done
+        sim.finish(7);
+        events.advance();
+    }
+    let a3 = a.clone();
+    Worker::new().run(move || {
+        let own = Stream::new();
+        for turn in 0..6 {
+            let p = match turn % 2 {
+                0 => on(&*a3, &own, 64 * MIB),
+                _ => alloc(&*a3, 64 * MIB),
+            };
+            a3.free(p).expect("free");
+        }
+    });
+    a.check_invariants().expect("invariants");
+    drop(b);
+    vm.synchronizations() + vm.waiting_unmaps()
+}
+
+/// Issue 25: the wait that lets a stream's free memory serve no stream is a wait for the
+/// device: never while a host stream of another thread's part has work pending.
+#[test]
+fn a_stream_and_no_stream_taking_turns_never_wait_for_the_device_while_another_parts_host_stream_has_work_pending(
+) {
+    assert_eq!(turns_beside_another_parts_host_stream(false), 0);
+}
+
+/// The same turns once S's work is known done: the device is waited for (what the test above
+/// keeps from happening).
+#[test]
+fn a_stream_and_no_stream_taking_turns_wait_for_the_device_once_every_host_streams_work_is_known_done(
+) {
+    assert!(turns_beside_another_parts_host_stream(true) > 0);
+}

@@ -455,10 +455,11 @@ impl<S: Source> State<S> {
             // allocation). No pages move.
             let stranded = self.bins.best_fit_any(rounded, |_| true);
             // Never for a host stream's chunk (its events say when it is free), nor past a host
-            // stream's pending work, as for the headroom's unmaps: that work may wait on this
-            // caller. Then new pages instead.
+            // stream's pending work, here or in another sub-arena, as for the headroom's
+            // unmaps: that work may wait on this caller. Then new pages instead.
             let host = |id: u32| self.hosted.contains(self.chunks.get(id).stream);
             if stranded.is_some_and(|id| !host(id) && !self.hosted.any_incomplete())
+                && !(elsewhere.host_work_elsewhere)()
                 && vm.synchronize().is_ok()
             {
                 self.unknown_work = false;
