@@ -127,6 +127,31 @@ fn memory_of_no_stream_freed_after_a_wait_makes_the_next_unmap_wait_again() {
     );
 }
 
+/// Thread B, in a part of its own, frees 1 MiB on host stream S (handle 7), whose work up to
+/// that free stays queued until the test says. B is returned to be kept alive: a thread that
+/// ends gives its sub-arena's number to the next one.
+fn another_part_freeing_on_host_stream(
+    a: &Arc<Arena<AddressSpaceAllocator>>,
+    streams: &ForeignStreams,
+) -> (Worker, Stream) {
+    let s = streams.get(7).expect("stream");
+    let (a2, s2) = (a.clone(), s.clone());
+    let b = Worker::new();
+    b.run(move || {
+        let p = on(&*a2, &s2, MIB);
+        a2.free(p).expect("free on S");
+    });
+    (b, s)
+}
+
+/// S's frees so far covered by an event, S's work done, and the event seen complete.
+fn settle(sim: &SimEvents, s: &Stream) {
+    let events = s.free_events().expect("events");
+    events.advance();
+    sim.finish(7);
+    events.advance();
+}
+
 /// Thread B's part: 32 buffers of 4 MiB on no stream, the even ones freed (64 MiB of wholly
 /// free pages whose work is on no stream the arena knows: unmapping them waits), the odd ones
 /// kept. Returns the kept buffers.
@@ -178,10 +203,7 @@ fn the_headroom_never_waits_for_the_device_in_another_part_while_a_host_stream_h
     assert_eq!(waited, 0, "no wait for the device while S has work pending");
     a.check_invariants().expect("invariants");
     // S's work completes: the next mapping past the headroom may wait on B's pages again.
-    let events = s.free_events().expect("events");
-    events.advance(); // an event covering S's frees, then done
-    sim.finish(7);
-    events.advance();
+    settle(&sim, &s);
     let (a3, s3) = (a.clone(), s.clone());
     let more = caller.run(move || on(&*a3, &s3, 64 * MIB));
     assert!(
@@ -201,19 +223,9 @@ fn own_headroom_waits_beside_another_parts_host_stream(s_done: bool) -> u64 {
     let sim = SimEvents::new();
     let (a, vm, streams) = setup(sim.clone());
     let a = Arc::new(a);
-    let b = Worker::new();
-    let s = streams.get(7).expect("stream");
-    let (a2, s2) = (a.clone(), s.clone());
-    b.run(move || {
-        // S's work up to this free is queued.
-        let p = on(&*a2, &s2, MIB);
-        a2.free(p).expect("free on S");
-    });
+    let (b, s) = another_part_freeing_on_host_stream(&a, &streams);
     if s_done {
-        let events = s.free_events().expect("events");
-        events.advance(); // an event covering S's frees, then done
-        sim.finish(7);
-        events.advance();
+        settle(&sim, &s);
     }
     let caller = Worker::new();
     let kept = a_part_with_free_pages_of_no_stream(&a, &caller);
@@ -226,6 +238,7 @@ fn own_headroom_waits_beside_another_parts_host_stream(s_done: bool) -> u64 {
         a.free(p).expect("free");
     }
     a.check_invariants().expect("invariants");
+    drop(b);
     waited
 }
 
@@ -255,19 +268,9 @@ fn turns_beside_another_parts_host_stream(s_done: bool) -> u64 {
     let sim = SimEvents::new();
     let (a, vm, streams) = setup(sim.clone());
     let a = Arc::new(a);
-    let s = streams.get(7).expect("stream");
-    let (a2, s2) = (a.clone(), s.clone());
-    // Alive throughout: a thread that ends gives its sub-arena's number to the next one.
-    let b = Worker::new();
-    b.run(move || {
-        let p = on(&*a2, &s2, MIB);
-        a2.free(p).expect("free on S");
-    });
+    let (b, s) = another_part_freeing_on_host_stream(&a, &streams);
     if s_done {
-        let events = s.free_events().expect("events");
-        events.advance(); // an event covering S's frees, then done
-        sim.finish(7);
-        events.advance();
+        settle(&sim, &s);
     }
     let a3 = a.clone();
     Worker::new().run(move || {
