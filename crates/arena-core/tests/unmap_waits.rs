@@ -152,6 +152,25 @@ fn settle(sim: &SimEvents, s: &Stream) {
     events.advance();
 }
 
+/// What must outlive a test of another part's host stream: thread B, S's set and S itself (a
+/// released stream is forgotten, its pending work with it).
+type Alive = (Worker, ForeignStreams, Stream);
+
+/// An arena whose thread B freed on host stream S in a part of its own, S's work pending
+/// (`s_done`: or known done); its virtual memory; and what must stay alive.
+fn beside_another_parts_host_stream(
+    s_done: bool,
+) -> (Arc<Arena<AddressSpaceAllocator>>, AddressSpaceVm, Alive) {
+    let sim = SimEvents::new();
+    let (a, vm, streams) = setup(sim.clone());
+    let a = Arc::new(a);
+    let (b, s) = another_part_freeing_on_host_stream(&a, &streams);
+    if s_done {
+        settle(&sim, &s);
+    }
+    (a, vm, (b, streams, s))
+}
+
 /// Thread B's part: 32 buffers of 4 MiB on no stream, the even ones freed (64 MiB of wholly
 /// free pages whose work is on no stream the arena knows: unmapping them waits), the odd ones
 /// kept. Returns the kept buffers.
@@ -220,13 +239,7 @@ fn the_headroom_never_waits_for_the_device_in_another_part_while_a_host_stream_h
 /// wait for the device) while host stream S of another thread's part has its frees pending
 /// (`s_done`: or known done). Returns the waits for the device the caller's allocation made.
 fn own_headroom_waits_beside_another_parts_host_stream(s_done: bool) -> u64 {
-    let sim = SimEvents::new();
-    let (a, vm, streams) = setup(sim.clone());
-    let a = Arc::new(a);
-    let (b, s) = another_part_freeing_on_host_stream(&a, &streams);
-    if s_done {
-        settle(&sim, &s);
-    }
+    let (a, vm, alive) = beside_another_parts_host_stream(s_done);
     let caller = Worker::new();
     let kept = a_part_with_free_pages_of_no_stream(&a, &caller);
     let (a3, waits) = (a.clone(), vm.clone());
@@ -238,7 +251,7 @@ fn own_headroom_waits_beside_another_parts_host_stream(s_done: bool) -> u64 {
         a.free(p).expect("free");
     }
     a.check_invariants().expect("invariants");
-    drop(b);
+    drop(alive);
     waited
 }
 
@@ -265,13 +278,7 @@ fn the_own_headroom_waits_for_the_device_once_every_host_streams_work_is_known_d
 /// (`s_done`: or known done). Returns the waits for the device: synchronizations and unmaps
 /// that waited.
 fn turns_beside_another_parts_host_stream(s_done: bool) -> u64 {
-    let sim = SimEvents::new();
-    let (a, vm, streams) = setup(sim.clone());
-    let a = Arc::new(a);
-    let (b, s) = another_part_freeing_on_host_stream(&a, &streams);
-    if s_done {
-        settle(&sim, &s);
-    }
+    let (a, vm, alive) = beside_another_parts_host_stream(s_done);
     let a3 = a.clone();
     Worker::new().run(move || {
         let own = Stream::new();
@@ -284,7 +291,7 @@ fn turns_beside_another_parts_host_stream(s_done: bool) -> u64 {
         }
     });
     a.check_invariants().expect("invariants");
-    drop(b);
+    drop(alive);
     vm.synchronizations() + vm.waiting_unmaps()
 }
 
