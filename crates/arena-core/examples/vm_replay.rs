@@ -13,11 +13,14 @@
 //! one arena: the first pass measures memory (as the GPU benchmark's pass 0 does), the next
 //! two are warm (`SHOW_PASSES=n`: n passes in all; `HELD_EVERY_PASS=1`: held/req of every pass,
 //! over the first pass's peak requested; `STREAM_TURNS=1`: every odd pass allocates everything
-//! on one cuda-arena stream instead, a stream and no stream taking turns). With `RATIO=n`, prints instead the median warm ns/op of both modes over `n`
-//! interleaved passes and their ratio; with `DUMP=dir`, writes each trace as text there; with
-//! `WARM=vm` (or `WARM=region`), replays one pass in that mode and then `PASSES` (default 1)
-//! warm ones in `warm_passes`, for profilers (`valgrind --tool=callgrind
-//! --toggle-collect='*warm_passes*'` counts the warm passes alone).
+//! on one cuda-arena stream instead, a stream and no stream taking turns; `HOST_STREAM=immediate`
+//! or `pending`: every pass allocates on one host-owned stream with simulated events, its work
+//! done as soon as an event is recorded or only once waited for, as the GPU benchmark's replays
+//! allocate through the C ABI on their one stream). With `RATIO=n`, prints instead the median
+//! warm ns/op of both modes over `n` interleaved passes and their ratio; with `DUMP=dir`, writes
+//! each trace as text there; with `WARM=vm` (or `WARM=region`), replays one pass in that mode
+//! and then `PASSES` (default 1) warm ones in `warm_passes`, for profilers
+//! (`valgrind --tool=callgrind --toggle-collect='*warm_passes*'` counts the warm passes alone).
 use cuda_arena_core::trace::trace_format::parse_trace_bytes;
 use cuda_arena_core::trace::{replay, TraceOp};
 use cuda_arena_core::{
@@ -177,9 +180,28 @@ fn run(name: &str, trace: &[TraceOp], pairs: &[(String, String)], vm: bool) -> R
         })
         .collect();
     let one_stream = [Stream::new()];
+    // HOST_STREAM=immediate|pending: every op on one host-owned stream with simulated events
+    // (the GPU harness's one CUstream, its work done at once or only once waited for), as the
+    // C ABI sees it.
+    let foreign = match std::env::var("HOST_STREAM").ok().as_deref() {
+        None => None,
+        Some("immediate") => Some(cuda_arena_core::SimEvents::immediate()),
+        Some("pending") => Some(cuda_arena_core::SimEvents::new()),
+        Some(other) => return Err(format!("HOST_STREAM={other}: immediate or pending")),
+    }
+    .map(|sim| {
+        let events: Arc<dyn cuda_arena_core::StreamEvents> = sim;
+        cuda_arena_core::ForeignStreams::with_events(Some(events))
+    });
+    let host_stream = match &foreign {
+        Some(f) => Some([f.get(0x5000).map_err(|e| e.to_string())?]),
+        None => None,
+    };
     let mut peak_req = 0u64;
     for pass in 0..passes.max(1) {
-        let (trace, streams) = if turns && pass % 2 == 1 {
+        let (trace, streams) = if let Some(h) = &host_stream {
+            (&on_stream[..], &h[..])
+        } else if turns && pass % 2 == 1 {
             (&on_stream[..], &one_stream[..])
         } else {
             (trace, &streams[..])

@@ -7,10 +7,11 @@ mod common;
 use common::*;
 use cuda_arena_core::trace::replay;
 use cuda_arena_core::trace::synthetic::named_trace;
+use cuda_arena_core::trace::TraceOp;
 use cuda_arena_core::{
     AddressSpaceAllocator, Allocator, Arena, ArenaConfig, Backend, DeviceLimits, Factory,
-    HostAllocator, MemoryInfo, MemoryKind, RawAllocator, SimBackend, SimKind, Stream,
-    VirtualMemory,
+    ForeignStreams, HostAllocator, MemoryInfo, MemoryKind, RawAllocator, SimBackend, SimEvents,
+    SimKind, Stream, StreamEvents, VirtualMemory,
 };
 use std::sync::Arc;
 
@@ -730,6 +731,49 @@ fn held_over_requested_on_the_sample_traces_is_as_measured() {
         got.push((kind, held, req, region_held));
     }
     assert_eq!(got, expected);
+}
+
+/// [`sample_peaks`] of the default mode with every allocation on one host-owned stream with
+/// `events`, as the GPU benchmark's replays allocate through the C ABI on their one stream.
+fn sample_peaks_on_a_host_stream(kind: &str, events: Arc<SimEvents>) -> (u64, u64) {
+    let trace: Vec<TraceOp> = named_trace(kind, 100_000, 1)
+        .expect("known kind")
+        .into_iter()
+        .map(|op| match op {
+            TraceOp::Alloc { id, size, .. } => TraceOp::Alloc {
+                id,
+                size,
+                stream: 1,
+            },
+            other => other,
+        })
+        .collect();
+    let events: Arc<dyn StreamEvents> = events;
+    let host = ForeignStreams::with_events(Some(events));
+    let stream = host.get(0x5000).expect("a host stream");
+    let raw = AddressSpaceAllocator::default();
+    let v: Arc<dyn VirtualMemory> = Arc::new(raw.vm());
+    let a = Arena::with_virtual_memory(raw, v, config(&[])).expect("arena");
+    let r = replay(&a, &trace, &[stream], true).expect("replays");
+    assert_eq!(r.failed_allocs, 0);
+    a.check_invariants().expect("consistent");
+    (r.peak_held, r.peak_requested)
+}
+
+// The same figures on one host stream, its work done at once (the device ahead of the host,
+// as in the GPU benchmark, which launches no kernels) or never until waited for: the stream's
+// own free pages are unmapped past the headroom either way. Before a wait for the stream's own
+// work learned that the event it recorded was already complete, `inference` held 1.26x its
+// peak this way (an H200 gave the same, where the no-stream replay holds 1.02x).
+#[test]
+fn held_over_requested_on_the_sample_traces_is_the_same_on_a_host_stream() {
+    for kind in ["inference", "mixed", "small", "growing"] {
+        let none = sample_peaks(kind, &[], true);
+        let done_at_once = sample_peaks_on_a_host_stream(kind, SimEvents::immediate());
+        let running = sample_peaks_on_a_host_stream(kind, SimEvents::new());
+        assert_eq!(done_at_once, none, "{kind}, work done at once");
+        assert_eq!(running, none, "{kind}, work running until waited for");
+    }
 }
 
 // Found by the model test: a device whose size is not a whole number of pages.
