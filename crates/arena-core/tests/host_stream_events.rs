@@ -645,7 +645,7 @@ fn past_the_headroom_a_streams_own_pending_frees_are_waited_for_and_unmapped() {
 /// the host: the GPU benchmark's replays, which launch no kernels). Waiting for S's own work
 /// then finds its event complete at once; before the fix the wait reported it unfinished, the
 /// pages stayed mapped and new ones were mapped beside them (the benchmark's `inference`
-/// trace held 1.26x its peak on an H200 against 1.02x with S's work still running).
+/// trace held 1.26x its peak on an H200, 1.02x after the fix).
 #[test]
 fn past_the_headroom_a_streams_own_frees_whose_work_is_already_done_are_unmapped() {
     // Five pages in the middle freed: one free run of 10 MiB between live pages, the only one,
