@@ -105,10 +105,16 @@ fn describe(what: &str, out: &Output) -> String {
 
 /// Runs `program args` natively and then under valgrind; both must pass all their checks.
 fn run_clean(name: &'static str, args: &[&str]) {
+    run_clean_with(name, args, &[]);
+}
+
+/// As [`run_clean`], with the environment variables `env` set for the program.
+fn run_clean_with(name: &'static str, args: &[&str], env: &[(&str, &str)]) {
     let exe = program(name);
     // cargo's LD_LIBRARY_PATH would win over the rpath and may hold an older build.
     let native = Command::new(&exe)
         .env_remove("LD_LIBRARY_PATH")
+        .envs(env.iter().copied())
         .args(args)
         .output()
         .expect("run the C program");
@@ -124,6 +130,7 @@ fn run_clean(name: &'static str, args: &[&str]) {
     };
     let checked = Command::new(valgrind)
         .env_remove("LD_LIBRARY_PATH")
+        .envs(env.iter().copied())
         .args([
             "-q",
             "--error-exitcode=99",
@@ -147,6 +154,59 @@ fn contract(case: &str) {
     for backend in ["host", "virtual"] {
         run_clean("contract", &[backend, case]);
     }
+}
+
+/// A case of `contract.c` on both simulated backends, their host streams given events that
+/// complete as `mode` says (`CUDA_ARENA_SIM_STREAM_EVENTS`): the path the `cuda` backend's
+/// streams take, which no run on a plain simulated backend does.
+fn contract_with_events(case: &str, mode: &str) {
+    for backend in ["host", "virtual"] {
+        run_clean_with(
+            "contract",
+            &[backend, case],
+            &[("CUDA_ARENA_SIM_STREAM_EVENTS", mode)],
+        );
+    }
+}
+
+#[test]
+fn past_the_headroom_a_streams_own_frees_whose_work_is_done_at_once_are_unmapped() {
+    // Issue 25: the fault of 8a59d80 (on an H200 the GPU benchmark's `inference` trace held
+    // 1.26x its peak through this path), at the C ABI.
+    contract_with_events(
+        "own_frees_on_a_host_stream_are_unmapped_past_the_headroom",
+        "immediate",
+    );
+}
+
+#[test]
+fn past_the_headroom_a_streams_own_frees_still_running_are_waited_for_and_unmapped() {
+    contract_with_events(
+        "own_frees_on_a_host_stream_are_unmapped_past_the_headroom",
+        "pending",
+    );
+}
+
+#[test]
+fn two_streams_whose_work_is_done_at_once_taking_turns_settle_without_a_reset() {
+    // Issue 25's CI bar (no unmap after the first ten allocations), on the events path.
+    contract_with_events(
+        "two_streams_taking_turns_settle_without_a_reset",
+        "immediate",
+    );
+}
+
+#[test]
+fn two_streams_whose_work_runs_on_taking_turns_settle_without_a_reset() {
+    contract_with_events("two_streams_taking_turns_settle_without_a_reset", "pending");
+}
+
+#[test]
+fn an_unknown_simulated_events_mode_is_a_coded_error_at_create() {
+    contract_with_events(
+        "an_unknown_simulated_events_mode_fails_the_create",
+        "sometimes",
+    );
 }
 
 #[test]

@@ -2,7 +2,9 @@
 //! `replay` command, the C ABI and `CUDA_ARENA_TORCH_BACKEND` take) becomes a backend.
 
 use crate::CudaBackend;
-use cuda_arena_core::{ArenaError, Backend, DeviceLimits, Result, SimBackend, SimKind};
+use cuda_arena_core::{
+    ArenaError, Backend, DeviceLimits, Result, SimBackend, SimEvents, SimKind, StreamEvents,
+};
 use std::sync::Arc;
 
 /// Every backend name, in the order messages list them.
@@ -15,10 +17,40 @@ pub fn backend_named(name: &str, limits: &[DeviceLimits]) -> Result<Arc<dyn Back
     if name == "cuda" {
         return Ok(Arc::new(CudaBackend::new()?));
     }
-    match SimKind::named(name) {
-        Some(kind) => Ok(Arc::new(SimBackend::new(kind, limits))),
-        None => Err(unknown_backend(name, &BACKEND_NAMES)),
-    }
+    let Some(kind) = SimKind::named(name) else {
+        return Err(unknown_backend(name, &BACKEND_NAMES));
+    };
+    let backend = SimBackend::new(kind, limits);
+    let value = std::env::var(ENV_SIM_STREAM_EVENTS).unwrap_or_default();
+    Ok(Arc::new(match sim_stream_events(&value)? {
+        Some(events) => backend.with_stream_events(events),
+        None => backend,
+    }))
+}
+
+/// Gives the simulated backends' host streams events (the path the `cuda` backend's streams
+/// take), so that the C, Node and PyTorch entry points can be tested on it away from a GPU:
+/// `immediate` (an event is complete when recorded, as on a stream with no work queued) or
+/// `pending` (a stream's work runs until the device is synchronized); empty or unset, none.
+pub const ENV_SIM_STREAM_EVENTS: &str = "CUDA_ARENA_SIM_STREAM_EVENTS";
+
+/// The events `value` of [`ENV_SIM_STREAM_EVENTS`] names; anything else is
+/// `ERR_ARENA_INVALID_ARGUMENT`.
+fn sim_stream_events(value: &str) -> Result<Option<Arc<dyn StreamEvents>>> {
+    let events: Arc<dyn StreamEvents> = match value {
+        "" => return Ok(None),
+        "immediate" => SimEvents::immediate(),
+        "pending" => SimEvents::new(),
+        other => {
+            let shown: String = other.chars().take(40).collect();
+            return Err(ArenaError::InvalidArgument {
+                reason: format!(
+                    "{ENV_SIM_STREAM_EVENTS} must be 'immediate', 'pending' or empty, got {shown:?}"
+                ),
+            });
+        }
+    };
+    Ok(Some(events))
 }
 
 /// The error for a backend name that is not one of `known` (a caller may take fewer than
@@ -62,6 +94,30 @@ mod tests {
             e.to_string(),
             "invalid argument: backend must be 'cuda', 'host' or 'virtual', got \"gpu\""
         );
+    }
+
+    #[test]
+    fn the_simulated_events_are_immediate_pending_or_none() {
+        assert!(sim_stream_events("").expect("none").is_none());
+        for mode in ["immediate", "pending"] {
+            assert!(sim_stream_events(mode).expect(mode).is_some(), "{mode}");
+        }
+    }
+
+    #[test]
+    fn any_other_simulated_events_value_is_an_invalid_argument_naming_the_variable() {
+        for bad in [
+            "Immediate",
+            " pending",
+            "1",
+            "immediate,pending",
+            "x".repeat(100).as_str(),
+        ] {
+            let e = sim_stream_events(bad).expect_err("refused");
+            assert_eq!(e.code(), "ERR_ARENA_INVALID_ARGUMENT", "{bad}");
+            assert!(e.to_string().contains(ENV_SIM_STREAM_EVENTS), "{e}");
+            assert!(e.to_string().len() < 200, "the value is cut: {e}");
+        }
     }
 
     #[test]

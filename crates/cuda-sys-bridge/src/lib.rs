@@ -18,7 +18,7 @@ mod vmm;
 
 pub use availability::{cuda_available, ensure_cuda};
 pub use backend::CudaBackend;
-pub use backend_names::{backend_named, unknown_backend, BACKEND_NAMES};
+pub use backend_names::{backend_named, unknown_backend, BACKEND_NAMES, ENV_SIM_STREAM_EVENTS};
 pub use baseline::DefaultPoolAllocator;
 pub use device::{devices, DeviceInfo};
 pub use events::{CudaEvents, IDLE_EVENTS_KEPT};

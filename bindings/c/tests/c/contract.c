@@ -280,6 +280,74 @@ static void size_zero_and_size_max(void) {
   cuda_arena_destroy(a);
 }
 
+/* Issue 25, with CUDA_ARENA_SIM_STREAM_EVENTS set (the cuda backend's path: a host stream's
+ * frees come free for other streams once an event recorded behind them has completed).
+ * Past the headroom, a stream alone gets its own free pages back rather than mapping new ones
+ * beside them, whether its work is done at once or only once waited for: ten 2 MiB pages on
+ * one token, the middle five freed (one free run of 10 MiB), then 12 MiB that fit nowhere.
+ * Mapped beside the free run they would hold 32 MiB for a peak of 22. */
+static void own_frees_on_a_host_stream_are_unmapped_past_the_headroom(void) {
+  const size_t page = 2u << 20;
+  cuda_arena_allocator* a = make("Cuda", NULL, NULL);
+  CHECK(a != NULL);
+  void* pages[10];
+  for (int i = 0; i < 10; i++) {
+    pages[i] = cuda_arena_alloc_on_stream(a, page, token(1));
+    CHECK(pages[i] != NULL);
+  }
+  for (int i = 4; i < 9; i++) CHECK(cuda_arena_free(a, pages[i]) == CUDA_ARENA_OK);
+  void* big = cuda_arena_alloc_on_stream(a, 6 * page, token(1));
+  CHECK(big != NULL);
+  cuda_arena_stats s;
+  CHECK(cuda_arena_get_stats(a, &s) == CUDA_ARENA_OK);
+  CHECK(s.max_in_use == 11 * page);
+  CHECK(s.total_allocated <= s.max_in_use + s.max_in_use / 50 + page);
+  CHECK(s.num_arena_shrinkages > 0);
+  CHECK(cuda_arena_free(a, big) == CUDA_ARENA_OK);
+  for (int i = 0; i < 10; i++) {
+    if (i < 4 || i == 9) CHECK(cuda_arena_free(a, pages[i]) == CUDA_ARENA_OK);
+  }
+  CHECK(cuda_arena_reset_stream(a, token(1)) == CUDA_ARENA_OK);
+  cuda_arena_destroy(a);
+}
+
+/* Issue 25, with CUDA_ARENA_SIM_STREAM_EVENTS set: two tokens taking turns on one buffer,
+ * never reset, settle after their first turns: nothing more is mapped or unmapped, whether a
+ * token's frees come free for the other at once (one page serves both) or never (a page
+ * each). */
+static void two_streams_taking_turns_settle_without_a_reset(void) {
+  cuda_arena_allocator* a = make("Cuda", NULL, NULL);
+  CHECK(a != NULL);
+  cuda_arena_stats before, after;
+  for (uintptr_t turn = 0; turn < 110; turn++) {
+    if (turn == 10) CHECK(cuda_arena_get_stats(a, &before) == CUDA_ARENA_OK);
+    void* p = cuda_arena_alloc_on_stream(a, 1u << 20, token(1 + turn % 2));
+    CHECK(p != NULL);
+    CHECK(cuda_arena_free(a, p) == CUDA_ARENA_OK);
+  }
+  CHECK(cuda_arena_get_stats(a, &after) == CUDA_ARENA_OK);
+  CHECK(after.total_allocated == before.total_allocated);
+  CHECK(after.total_allocated <= (4u << 20));
+  CHECK(after.num_arena_extensions == before.num_arena_extensions);
+  CHECK(after.num_arena_shrinkages == before.num_arena_shrinkages);
+  CHECK(cuda_arena_reset_stream(a, token(1)) == CUDA_ARENA_OK);
+  CHECK(cuda_arena_reset_stream(a, token(2)) == CUDA_ARENA_OK);
+  cuda_arena_destroy(a);
+}
+
+/* Run with CUDA_ARENA_SIM_STREAM_EVENTS set to a value that is not a mode: the create fails
+ * with a coded error naming the variable, and a later create (the variable unchanged) fails
+ * the same way: nothing half-made is left behind. */
+static void an_unknown_simulated_events_mode_fails_the_create(void) {
+  for (int i = 0; i < 2; i++) {
+    char err[512] = "not written";
+    cuda_arena_allocator* a = cuda_arena_create(backend, "Cuda", 0, NULL, NULL, 0, err, sizeof err);
+    CHECK(a == NULL);
+    CHECK(cuda_arena_last_error_code() == CUDA_ARENA_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(err, "CUDA_ARENA_SIM_STREAM_EVENTS") != NULL);
+  }
+}
+
 int main(int argc, char** argv) {
   if (argc != 3) {
     fprintf(stderr, "usage: contract host|virtual CASE\n");
@@ -297,6 +365,10 @@ int main(int argc, char** argv) {
       {"a_destroyed_handle_is_released_not_a_crash", a_destroyed_handle_is_released_not_a_crash},
       {"null_arguments_are_coded_errors", null_arguments_are_coded_errors},
       {"size_zero_and_size_max", size_zero_and_size_max},
+      {"own_frees_on_a_host_stream_are_unmapped_past_the_headroom",
+       own_frees_on_a_host_stream_are_unmapped_past_the_headroom},
+      {"two_streams_taking_turns_settle_without_a_reset", two_streams_taking_turns_settle_without_a_reset},
+      {"an_unknown_simulated_events_mode_fails_the_create", an_unknown_simulated_events_mode_fails_the_create},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     if (strcmp(cases[i].name, name) == 0) {

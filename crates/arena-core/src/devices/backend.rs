@@ -108,6 +108,8 @@ pub struct SimBackend {
     kind: SimKind,
     devices: Vec<SimDevice>,
     cpu: SharedRaw,
+    /// Events for the host's streams, if simulated ([`SimBackend::with_stream_events`]).
+    events: Option<Arc<dyn StreamEvents>>,
 }
 
 #[derive(Debug)]
@@ -144,7 +146,21 @@ impl SimBackend {
                     .with_info(MemoryInfo::new(MemoryKind::Cpu, 0)),
             ),
         };
-        SimBackend { kind, devices, cpu }
+        SimBackend {
+            kind,
+            devices,
+            cpu,
+            events: None,
+        }
+    }
+
+    /// The same devices, whose host streams carry `events` (as the `cuda` backend's carry the
+    /// driver's): what a stream frees comes free for other streams once an event recorded on
+    /// it after the free has completed, rather than only at its reset. For tests of that path
+    /// away from a GPU ([`crate::SimEvents`]); every device shares the one set of events.
+    pub fn with_stream_events(mut self, events: Arc<dyn StreamEvents>) -> Self {
+        self.events = Some(events);
+        self
     }
 
     fn device(&self, device: u32) -> Result<&SimDevice> {
@@ -191,5 +207,26 @@ impl Backend for SimBackend {
             SimDevice::Host(h) => Arc::new(h.clone().with_info(info).vm()),
             SimDevice::Virtual(v) => Arc::new(v.clone().with_info(info).vm()),
         })
+    }
+
+    fn stream_events(&self, device: u32) -> Option<Arc<dyn StreamEvents>> {
+        self.device(device).ok()?;
+        self.events.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::streams::stream_events::SimEvents;
+
+    #[test]
+    fn simulated_devices_have_no_stream_events_unless_given_them() {
+        let plain = SimBackend::new(SimKind::Virtual, &[]);
+        assert!(plain.stream_events(0).is_none());
+        let events: Arc<dyn StreamEvents> = SimEvents::immediate();
+        let with = SimBackend::new(SimKind::Host, &[]).with_stream_events(events);
+        assert!(with.stream_events(0).is_some());
+        assert!(with.stream_events(1).is_none(), "no device 1");
     }
 }
