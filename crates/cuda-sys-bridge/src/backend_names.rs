@@ -21,7 +21,12 @@ pub fn backend_named(name: &str, limits: &[DeviceLimits]) -> Result<Arc<dyn Back
         return Err(unknown_backend(name, &BACKEND_NAMES));
     };
     let backend = SimBackend::new(kind, limits);
-    let value = std::env::var(ENV_SIM_STREAM_EVENTS).unwrap_or_default();
+    let value = match std::env::var(ENV_SIM_STREAM_EVENTS) {
+        Ok(v) => v,
+        Err(std::env::VarError::NotPresent) => String::new(),
+        // Not ignored: a value that names nothing is an error, whatever its bytes.
+        Err(std::env::VarError::NotUnicode(v)) => v.to_string_lossy().into_owned(),
+    };
     Ok(Arc::new(match sim_stream_events(&value)? {
         Some(events) => backend.with_stream_events(events),
         None => backend,
@@ -31,7 +36,8 @@ pub fn backend_named(name: &str, limits: &[DeviceLimits]) -> Result<Arc<dyn Back
 /// Gives the simulated backends' host streams events (the path the `cuda` backend's streams
 /// take), so that the C, Node and PyTorch entry points can be tested on it away from a GPU:
 /// `immediate` (an event is complete when recorded, as on a stream with no work queued) or
-/// `pending` (a stream's work runs until the device is synchronized); empty or unset, none.
+/// `pending` (a stream's work runs until the arena waits for it: for one of its events or for
+/// the device); empty or unset, none. Read when a simulated backend is made.
 pub const ENV_SIM_STREAM_EVENTS: &str = "CUDA_ARENA_SIM_STREAM_EVENTS";
 
 /// The events `value` of [`ENV_SIM_STREAM_EVENTS`] names; anything else is
