@@ -150,10 +150,16 @@ impl<S: Source> State<S> {
                             "free chunk {id} is not in a bin, or is in the address table"
                         ));
                     }
-                    if c.next != NIL && self.mergeable(id, c.next) {
+                    if c.next != NIL && self.mergeable(id, c.next) && !self.kept_apart(id, c.next) {
+                        let n = self.chunks.get(c.next);
                         return Err(format!(
-                            "free chunks {id} and {} of one stream are not merged",
-                            c.next
+                            "free chunks {id} and {} of one stream are not merged (streams {} \
+                             and {}, hosted {} and {})",
+                            c.next,
+                            c.stream,
+                            n.stream,
+                            self.hosted.contains(c.stream),
+                            self.hosted.contains(n.stream)
                         ));
                     }
                     let hosted = self.hosted.contains(c.stream);

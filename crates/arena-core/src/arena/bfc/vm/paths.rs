@@ -181,8 +181,10 @@ impl<R: RawAllocator, S: Source> Core<R, S> {
                         // event is recorded again, later, and what it covers with it.
                         f.advance();
                     } else {
-                        // A query, no record: its frees hold back nothing that fits.
-                        f.poll_now();
+                        // A query, and a record only for a stream that stopped freeing: its
+                        // frees hold back nothing that fits alone, but once done they merge
+                        // with what is free beside them.
+                        f.advance_if_stalled();
                     }
                 }
                 return Ok(Mapped::Again(Waited::PolledEverywhere));
