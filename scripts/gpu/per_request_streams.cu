@@ -49,6 +49,10 @@ int main(int argc, char** argv) {
   long requests = atol(argv[1]);
   int w = atoi(argv[2]);
   long spin_us = atol(argv[3]);
+  if (requests < 1 || w < 1 || w > 100000 || spin_us < 0) {
+    fprintf(stderr, "REQUESTS and W must be at least 1 (W at most 100000), SPIN_US at least 0\n");
+    return 2;
+  }
   const char* keys[16];
   const char* values[16];
   static char kv[16][128];
@@ -80,6 +84,10 @@ int main(int argc, char** argv) {
   cudaStream_t* ring = (cudaStream_t*)calloc(w, sizeof(cudaStream_t));
   const char* retire_env = getenv("RETIRE");
   long retire = retire_env ? atol(retire_env) : 0;
+  if (retire < 0 || retire > 100000) {
+    fprintf(stderr, "RETIRE must be 0 to 100000\n");
+    return 2;
+  }
   cudaStream_t* retired = (cudaStream_t*)calloc(retire > 0 ? retire : 1, sizeof(cudaStream_t));
   long distinct = 0;  // distinct handle values seen, among the last 4096
   void* seen[4096] = {0};

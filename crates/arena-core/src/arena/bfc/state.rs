@@ -583,7 +583,7 @@ impl<S: Source> State<S> {
             // Each free chunk that is done goes back to no stream on its own, whatever its
             // neighbours: requests in flight on streams of their own leave a pending chunk in
             // nearly every run of free chunks, and a run untagged only when all of it was done
-            // stayed in pieces while new pages were mapped (636 MiB held for 6 MiB in use
+            // stayed in pieces while new pages were mapped (638 MiB held for 6 MiB in use
             // after 30,000 such requests). A neighbour of a host stream whose frees are pending
             // is kept apart from it ([`State::kept_apart`]); one of a stream without events
             // that is not done would take it (`merge`), so the chunk waits for that one.
