@@ -31,7 +31,13 @@ fn vm_arena() -> Arena<AddressSpaceAllocator> {
 /// Each of `n` new handles (from `first`) allocates and frees once and is never reset.
 fn use_once(a: &dyn Allocator, streams: &ForeignStreams, first: u64, n: u64) {
     for h in first..first + n {
-        let s = streams.get(h).expect("a new stream is served");
+        let s = streams.get(h).unwrap_or_else(|e| {
+            panic!(
+                "stream {h} refused with {} remembered, {} forgotten: {e}",
+                streams.len(),
+                streams.forgotten_finished()
+            )
+        });
         let p = a.alloc_on_stream(4096, &s).expect("alloc").expect("addr");
         a.free(p).expect("free");
     }

@@ -49,12 +49,6 @@ impl HostedStreams {
         self.0.is_empty()
     }
 
-    /// How many host streams tag chunks here.
-    #[inline(always)]
-    pub(crate) fn len(&self) -> usize {
-        self.0.len()
-    }
-
     /// The events of host stream `id`, if it tags chunks here.
     #[inline(always)]
     pub(crate) fn events(&self, id: StreamId) -> Option<&Arc<FreeEvents>> {

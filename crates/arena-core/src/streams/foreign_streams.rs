@@ -99,6 +99,22 @@ pub const MAX_FOREIGN_STREAMS: usize = 4096;
 /// the handles left (at least this many), so a pass costs O(1) per new handle.
 pub const FORGET_FROM: usize = 1024;
 
+/// Handle value → its stream and the identity the handle had when it was made.
+type StreamMap = BTreeMap<u64, (Stream, Option<u64>)>;
+
+/// What a locked look at the map for a handle found or did.
+enum Claim {
+    /// The handle's stream, already known.
+    Known(Stream),
+    /// A new stream for the handle, and the one it named before, if the host destroyed that.
+    Made {
+        stream: Stream,
+        replaced: Option<Stream>,
+    },
+    /// Unknown, and the set is full.
+    Full,
+}
+
 /// The foreign streams of one allocator; see the module docs.
 #[derive(Debug)]
 pub struct ForeignStreams {
@@ -106,7 +122,7 @@ pub struct ForeignStreams {
     /// `BTreeMap` rather than a hash map: it is process-wide state in the C library, and tools
     /// like valgrind see its nodes as reachable. Read-locked on the common path (a known
     /// handle), so threads on different streams do not queue.
-    map: RwLock<BTreeMap<u64, (Stream, Option<u64>)>>,
+    map: RwLock<StreamMap>,
     /// The backend's events, given to every stream made here.
     events: Option<Arc<dyn StreamEvents>>,
     /// This set's number (see [`Recent`]).
@@ -192,56 +208,74 @@ impl ForeignStreams {
         }
         if self.events.is_some() && self.map.read().len() >= self.forget_at.load(Ordering::Relaxed)
         {
-            self.forget_finished(false);
+            self.forget_finished(false, |_| ());
         }
-        let mut passed_at_bound = false;
-        let (replaced, s) = loop {
-            let mut map = self.map.write();
-            let replaced = match map.get(&handle) {
-                Some((s, known)) if same(*known) => {
-                    self.remember(handle, *known, s, recent);
-                    return Ok((s.clone(), false));
-                }
-                Some(_) => {
-                    self.epoch.fetch_add(1, Ordering::AcqRel);
-                    map.remove(&handle).map(|(s, _)| s)
-                }
-                None => None,
-            };
-            if replaced.is_none() && map.len() >= MAX_FOREIGN_STREAMS {
-                if self.events.is_some() && !passed_at_bound {
-                    // Other threads filled the set while a pass ran: one pass at the bound,
-                    // waited for, before refusing.
-                    drop(map);
-                    self.forget_finished(true);
-                    passed_at_bound = true;
-                    continue;
-                }
-                return Err(ArenaError::InvalidArgument {
-                    reason: if self.events.is_some() {
-                        format!(
-                            "this allocator already knows {MAX_FOREIGN_STREAMS} streams that hold \
-                             memory or whose work is still running; free their memory or reset \
-                             them (cuda_arena_reset_stream) before using new ones"
-                        )
-                    } else {
-                        format!(
-                            "this allocator already knows {MAX_FOREIGN_STREAMS} streams; reset the \
-                             streams whose work is done (cuda_arena_reset_stream) before using new \
-                             ones"
-                        )
-                    },
-                });
+        let claim = |map: &mut StreamMap| self.claim(map, handle, identity, &same, recent);
+        // The guard is dropped before the match: a pass below locks the map itself.
+        let first = claim(&mut self.map.write());
+        let outcome = match first {
+            // Other threads filled the set while a pass ran: one pass at the bound, waited
+            // for, that claims the handle's place under the lock it forgets under, so threads
+            // adding streams meanwhile cannot take the places it made.
+            Claim::Full if self.events.is_some() => {
+                self.forget_finished(true, claim).unwrap_or(Claim::Full)
             }
-            let s = Stream::host_owned(handle, self.events.clone());
-            map.insert(handle, (s.clone(), identity));
-            self.remember(handle, identity, &s, recent);
-            break (replaced, s);
+            outcome => outcome,
         };
-        if let Some(old) = replaced {
-            self.let_go_of_reused(old);
+        match outcome {
+            Claim::Known(s) => Ok((s, false)),
+            Claim::Made { stream, replaced } => {
+                if let Some(old) = replaced {
+                    self.let_go_of_reused(old);
+                }
+                Ok((stream, true))
+            }
+            Claim::Full => Err(ArenaError::InvalidArgument {
+                reason: if self.events.is_some() {
+                    format!(
+                        "this allocator already knows {MAX_FOREIGN_STREAMS} streams that hold \
+                         memory or whose work is still running; free their memory or reset \
+                         them (cuda_arena_reset_stream) before using new ones"
+                    )
+                } else {
+                    format!(
+                        "this allocator already knows {MAX_FOREIGN_STREAMS} streams; reset the \
+                         streams whose work is done (cuda_arena_reset_stream) before using new \
+                         ones"
+                    )
+                },
+            }),
         }
-        Ok((s, true))
+    }
+
+    /// With the map locked: `handle`'s stream if `same` accepts the identity it was made
+    /// with; else a new one in its place, unless the set is full.
+    fn claim(
+        &self,
+        map: &mut StreamMap,
+        handle: u64,
+        identity: Option<u64>,
+        same: &impl Fn(Option<u64>) -> bool,
+        recent: &RecentStreams,
+    ) -> Claim {
+        let replaced = match map.get(&handle) {
+            Some((s, known)) if same(*known) => {
+                self.remember(handle, *known, s, recent);
+                return Claim::Known(s.clone());
+            }
+            Some(_) => {
+                self.epoch.fetch_add(1, Ordering::AcqRel);
+                map.remove(&handle).map(|(s, _)| s)
+            }
+            None => None,
+        };
+        if replaced.is_none() && map.len() >= MAX_FOREIGN_STREAMS {
+            return Claim::Full;
+        }
+        let stream = Stream::host_owned(handle, self.events.clone());
+        map.insert(handle, (stream.clone(), identity));
+        self.remember(handle, identity, &stream, recent);
+        Claim::Made { stream, replaced }
     }
 
     /// Where this thread remembers `handle` of this set.
@@ -315,20 +349,21 @@ impl ForeignStreams {
     /// Forgets the streams whose work is done and that hold no memory in any allocator (see
     /// the module docs). Their events are polled with no lock held; once the bound is reached,
     /// the device is synchronized first, so every stream that holds nothing goes. Called only
-    /// where the backend has events; `at_bound` says the set was found full.
-    fn forget_finished(&self, at_bound: bool) {
-        let Some(events) = &self.events else {
-            return;
-        };
+    /// where the backend has events; `at_bound` says the set was found full. `then` runs with
+    /// the map still locked once the finished streams are gone; its result is returned where a
+    /// pass ran.
+    fn forget_finished<R>(
+        &self,
+        at_bound: bool,
+        then: impl FnOnce(&mut StreamMap) -> R,
+    ) -> Option<R> {
+        let events = self.events.as_ref()?;
         let at_bound = at_bound || self.map.read().len() >= MAX_FOREIGN_STREAMS;
         // One thread at a time; below the bound, another thread's pass will do.
         let _pass = if at_bound {
             self.forgetting.lock()
         } else {
-            match self.forgetting.try_lock() {
-                Some(g) => g,
-                None => return,
-            }
+            self.forgetting.try_lock()?
         };
         let candidates: Vec<(u64, Stream)> = self
             .map
@@ -365,7 +400,7 @@ impl ForeignStreams {
         let ids: Vec<(u64, StreamId)> = idle.iter().map(|(h, s)| (*h, s.id())).collect();
         drop(idle);
         drop(candidates);
-        let gone = {
+        let (gone, result) = {
             let mut map = self.map.write();
             // Every thread's remembered lookups of this set go stale. One that upgraded just
             // before may still use the stream: the sole-handle check below mostly sees it,
@@ -385,7 +420,7 @@ impl ForeignStreams {
             }
             let next = (2 * map.len()).clamp(FORGET_FROM, MAX_FOREIGN_STREAMS);
             self.forget_at.store(next, Ordering::Relaxed);
-            gone
+            (gone, then(&mut map))
         };
         self.forgotten
             .fetch_add(gone.len() as u64, Ordering::Relaxed);
@@ -398,6 +433,7 @@ impl ForeignStreams {
         }
         // Released outside the lock: each resets its chunks in the allocators that used it.
         drop(gone);
+        Some(result)
     }
 
     /// How many streams were forgotten because their work was done and they held no memory
