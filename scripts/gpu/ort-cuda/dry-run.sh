@@ -12,6 +12,6 @@ DEST=$T/pieces WORK=$T/work PROVIDER=none NODE_XZ=0 XZ_LEVEL=-0 bash "$HERE/pack
 export ORT_CUDA_DRY=1 ORT_CUDA_ROOT=$T/remote
 bash "$HERE/remote.sh" unpack "$T/pieces/call1"
 ROUNDS=1 bash "$HERE/remote.sh" run "$T/out"
-PAIR_PROCESSES=1 bash "$HERE/remote.sh" pair "$T/out"
+PAIR_SCENARIOS="one k1 k4" PAIR_PROCESSES=1 bash "$HERE/remote.sh" pair "$T/out"
 # multi.cjs needs two GPUs: here it is only parsed.
 node --check "$HERE/multi.cjs"

@@ -45,21 +45,30 @@ async function main() {
       ...(withArena && !control ? reg.sessionOptions : {}),
       executionProviders: T.providers,
     })
-  const first = await create(oursFirst)
-  const second = await create(!oursFirst)
-  const [own, ours] = oursFirst ? [second, first] : [first, second]
+  // PAIR_K = K > 1: K sessions on each allocator; each request is K requests run at once on
+  // one allocator's K sessions (each session its own draw), then the same K on the other's,
+  // timed as a whole (what K concurrent sessions' throughput is made of).
+  const K = Math.max(1, Number(process.env.PAIR_K || 1))
+  const firsts = []
+  const seconds = []
+  for (let i = 0; i < K; i++) firsts.push(await create(oursFirst))
+  for (let i = 0; i < K; i++) seconds.push(await create(!oursFirst))
+  const [own, ours] = oursFirst ? [seconds, firsts] : [firsts, seconds]
   const r = rng(100)
   const ms = { own: [], ours: [] }
   let identical = true
-  const timed = async (session, feeds) => {
+  const timed = async (sessions, feeds) => {
     const t = process.hrtime.bigint()
-    const out = await session.run(feeds)
+    const out = await Promise.all(sessions.map((session, i) => session.run(feeds[i])))
     return [Number(process.hrtime.bigint() - t) / 1e6, out]
   }
   for (let q = 0; q < N + WARM; q++) {
-    const [b, s] = drawShape(r, maxB, maxS)
-    // One draw of inputs for both: the same tensors' data, fed twice.
-    const feeds = model.inputs(ort, b, s, r)
+    // One draw of inputs per session for both: the same tensors' data, fed twice.
+    const feeds = []
+    for (let i = 0; i < K; i++) {
+      const [b, s] = drawShape(r, maxB, maxS)
+      feeds.push(model.inputs(ort, b, s, r))
+    }
     const order = (q + (oursFirst ? 1 : 0)) % 2 === 0 ? ['own', 'ours'] : ['ours', 'own']
     const outs = {}
     for (const who of order) {
@@ -67,17 +76,19 @@ async function main() {
       outs[who] = out
       if (q >= WARM) ms[who].push(t)
     }
-    if (!sameBytes(outputBytes(model, outs.own), outputBytes(model, outs.ours))) identical = false
+    for (let i = 0; i < K; i++) {
+      if (!sameBytes(outputBytes(model, outs.own[i]), outputBytes(model, outs.ours[i]))) identical = false
+    }
   }
   const stats = num(reg.allocator.getStats())
   const { streamHandles, ...calls } = reg.calls()
-  await own.release()
-  await ours.release()
+  for (const session of [...own, ...ours]) await session.release()
   reg.unregister()
   const sum = (xs) => xs.reduce((a, b) => a + b, 0)
   const result = {
     conf,
     oursFirst,
+    sessions: K,
     requests: N,
     maxBatch: Number(maxB),
     maxSeq: Number(maxS),

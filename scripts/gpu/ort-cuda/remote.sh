@@ -107,15 +107,18 @@ pair)
   rc=0
   for sc in ${PAIR_SCENARIOS:-one k1}; do
     # serve.cjs's scenarios of one session: requests, max batch, max sequence.
+    k=1
     case $sc in
     one) args=(300 32 512) ;;
     k1) args=(60 16 256) ;;
-    *) say "no scenario $sc (one, k1)"; exit 2 ;;
+    k4) args=(60 16 256) k=4 ;;
+    k8) args=(60 16 256) k=8 ;;
+    *) say "no scenario $sc (one, k1, k4, k8)"; exit 2 ;;
     esac
     [ "$DRY" = 1 ] && args=(12 64 8)
     for p in $(seq 1 "${PAIR_PROCESSES:-6}"); do
       # Which session is created and runs first alternates (pair.cjs says why).
-      line=$(PAIR_OURS_FIRST=$((p % 2 == 0)) UV_THREADPOOL_SIZE=4 timeout 300 "$NODE" "$HERE/pair.cjs" "${PAIR_CONF:-}" "${args[@]}" "$model" "$kind" 2>&1 | tee -a "$OUT/pair.log" | grep -E '^(PAIR|FAILED)' | tail -n 1)
+      line=$(PAIR_K=$k PAIR_OURS_FIRST=$((p % 2 == 0)) UV_THREADPOOL_SIZE=$((k > 4 ? k : 4)) timeout 300 "$NODE" "$HERE/pair.cjs" "${PAIR_CONF:-}" "${args[@]}" "$model" "$kind" 2>&1 | tee -a "$OUT/pair.log" | grep -E '^(PAIR|FAILED)' | tail -n 1)
       if [[ $line == PAIR* ]]; then
         printf '{"scenario":"%s","process":%d,"result":%s}\n' "$sc" "$p" "${line#PAIR }" >>"$OUT/pairs.jsonl"
       else
