@@ -424,26 +424,32 @@ impl<S: Source> State<S> {
     /// merge, as free chunks of one stream always are.
     #[cold]
     #[inline(never)]
-    fn join_own_stream_beyond(&mut self, mut id: u32) {
-        let same = |st: &Self, a: u32, b: u32| {
-            let (a, b) = (st.chunks.get(a), st.chunks.get(b));
-            !a.in_use && !b.in_use && a.stream == b.stream
-        };
+    fn join_own_stream_beyond(&mut self, id: u32) {
         let prev = self.chunks.get(id).prev;
-        if prev != NIL && same(self, prev, id) {
-            self.bins.remove(id);
-            self.merge(prev, id);
-            let p = self.chunks.get(prev);
-            self.bins.rekey(prev, p.size, p.addr);
-            id = prev;
-        }
+        let id = if self.fold_same_stream(prev, id) {
+            prev
+        } else {
+            id
+        };
         let next = self.chunks.get(id).next;
-        if next != NIL && same(self, id, next) {
-            self.bins.remove(next);
-            self.merge(id, next);
-            let c = self.chunks.get(id);
-            self.bins.rekey(id, c.size, c.addr);
+        self.fold_same_stream(id, next);
+    }
+
+    /// Folds free chunk `upper` into the free chunk `lower` below it if both are of one
+    /// stream (`lower` keeps its bin entry, rekeyed); whether it did.
+    fn fold_same_stream(&mut self, lower: u32, upper: u32) -> bool {
+        if lower == NIL || upper == NIL {
+            return false;
         }
+        let (a, b) = (self.chunks.get(lower), self.chunks.get(upper));
+        if a.in_use || b.in_use || a.stream != b.stream {
+            return false;
+        }
+        self.bins.remove(upper);
+        self.merge(lower, upper);
+        let c = self.chunks.get(lower);
+        self.bins.rekey(lower, c.size, c.addr);
+        true
     }
 
     /// Whether merging free chunks `a` and `b` would give memory of no stream to a host
