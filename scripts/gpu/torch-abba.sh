@@ -21,7 +21,11 @@ for w in $W; do
   python3 - "$OUT" "$w" "$A" <<'PY'
 import json, sys
 out, w, a = sys.argv[1:]
-med = [json.load(open(f"{out}/{w}.r{i}.json"))["time"]["median_s"] for i in (1, 2, 3, 4)]
+try:
+    runs = [json.load(open(f"{out}/{w}.r{i}.json")) for i in (1, 2, 3, 4)]
+    med = [r["time"]["median_s"] for r in runs]
+except (OSError, ValueError, KeyError, TypeError) as e:
+    sys.exit(f"{w}: a run left no time ({e})")
 print(f"{w} {a}/native {(med[1] + med[2]) / (med[0] + med[3]):.3f}")
 PY
 done

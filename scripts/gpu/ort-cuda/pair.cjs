@@ -48,7 +48,11 @@ async function main() {
   // PAIR_K = K > 1: K sessions on each allocator; each request is K requests run at once on
   // one allocator's K sessions (each session its own draw), then the same K on the other's,
   // timed as a whole (what K concurrent sessions' throughput is made of).
-  const K = Math.max(1, Number(process.env.PAIR_K || 1))
+  const K = Number(process.env.PAIR_K || 1)
+  if (!Number.isInteger(K) || K < 1 || K > 64) {
+    console.error(`PAIR_K must be an integer from 1 to 64, not ${process.env.PAIR_K}`)
+    process.exit(2)
+  }
   const firsts = []
   const seconds = []
   for (let i = 0; i < K; i++) firsts.push(await create(oursFirst))

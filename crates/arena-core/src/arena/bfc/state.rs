@@ -438,11 +438,11 @@ impl<S: Source> State<S> {
     /// Folds free chunk `upper` into the free chunk `lower` below it if both are of one
     /// stream (`lower` keeps its bin entry, rekeyed); whether it did.
     fn fold_same_stream(&mut self, lower: u32, upper: u32) -> bool {
-        if lower == NIL || upper == NIL {
-            return false;
-        }
-        let (a, b) = (self.chunks.get(lower), self.chunks.get(upper));
-        if a.in_use || b.in_use || a.stream != b.stream {
+        if lower == NIL
+            || upper == NIL
+            || !self.mergeable(lower, upper)
+            || self.chunks.get(lower).stream != self.chunks.get(upper).stream
+        {
             return false;
         }
         self.bins.remove(upper);
