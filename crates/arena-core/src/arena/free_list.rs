@@ -478,9 +478,14 @@ impl FreeBins {
     /// Ids in bin `b` of every class: class by class, each in `(size, address)` order.
     pub fn bin_ids(&self, b: usize) -> Vec<u32> {
         let mut out = Vec::new();
+        let sets = sets_of_bin(b);
         for k in 0..CLASSES {
-            for f in sets_of_bin(b) {
+            // Only the non-empty sets: the unmap scans ask for the bins of a page and up on
+            // every mapping, most of whose sets are empty.
+            let mut next = self.next_set(k, sets.start);
+            while let Some(f) = next.filter(|&f| f < sets.end) {
                 self.collect_set(k * SETS + f, &mut out);
+                next = self.next_set(k, f + 1);
             }
         }
         out

@@ -62,6 +62,27 @@ fn bin_ids_lists_a_bin_in_size_then_address_order_across_its_sets() {
 }
 
 #[test]
+fn bin_ids_lists_only_its_bin_class_by_class_up_to_the_unbounded_last() {
+    let mut f = FreeBins::new();
+    for (id, size, addr, class) in [
+        (0, 3840, 0x1000u64, 0),
+        (1, 4096, 0x2000, 1),
+        (2, 7936, 0x3000, 0),
+        (3, 8192, 0x4000, 0),
+        (4, 4096, 0x5000, 0),
+        (5, 1 << 40, 0x6000, 0),
+        (6, crate::arena::bins::bin_size(NUM_BINS - 1), 0x7000, 1),
+    ] {
+        f.insert_class(id, size, addr, class);
+    }
+    assert_eq!(f.bin_ids(3), vec![0]);
+    assert_eq!(f.bin_ids(4), vec![4, 2, 1]);
+    assert_eq!(f.bin_ids(5), vec![3]);
+    assert_eq!(f.bin_ids(NUM_BINS - 1), vec![5, 6]);
+    assert!(f.bin_ids(6).is_empty());
+}
+
+#[test]
 fn best_fit_takes_the_smallest_adequate_chunk() {
     let mut f = FreeBins::new();
     f.insert(0, 4096, 0x10000);
