@@ -131,8 +131,8 @@ impl<R: RawAllocator, S: Source> Core<R, S> {
 
     /// As [`Arena::hosted_waiting_anywhere`], from the sub-arenas whose lock is free now (one
     /// in a driver call keeps its own, and the caller's own, which it holds, is skipped): for a
-    /// poll that must not wait.
-    /// Each with whether its stream has chunks in use in a sub-arena seen.
+    /// poll that must not wait. Each with whether its stream has chunks in use in a sub-arena
+    /// seen.
     pub(super) fn hosted_waiting_somewhere(
         &self,
         consumer: StreamId,

@@ -184,8 +184,7 @@ impl<R: RawAllocator, S: Source> Core<R, S> {
                         // stalled to each other while off their cores; recording for them made
                         // their memory everyone's, and each missed on its own memory when it
                         // ran again (the Rust thread benchmark's mixed at eight threads: six of
-                        // ten runs at 0.25-0.94x one thread's, slow path 0.29-1.14 an
-                        // allocation).
+                        // ten runs collapsed, slow path 0.13-1.14 an allocation).
                         f.poll_now();
                     } else {
                         // A query, and a record only for a stream that stopped freeing and
