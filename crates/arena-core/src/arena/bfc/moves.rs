@@ -131,12 +131,8 @@ impl<R: RawAllocator, S: Source> Core<R, S> {
 
     /// As [`Arena::hosted_waiting_anywhere`], from the sub-arenas whose lock is free now (one
     /// in a driver call keeps its own, and the caller's own, which it holds, is skipped): for a
-    /// poll that must not wait. Each with whether its stream has chunks in use in a sub-arena
-    /// seen.
-    pub(super) fn hosted_waiting_somewhere(
-        &self,
-        consumer: StreamId,
-    ) -> Vec<(Arc<FreeEvents>, bool)> {
+    /// poll that must not wait.
+    pub(super) fn hosted_waiting_somewhere(&self, consumer: StreamId) -> Vec<Arc<FreeEvents>> {
         self.hosted_waiting_in_subs(consumer, false)
     }
 
@@ -144,9 +140,6 @@ impl<R: RawAllocator, S: Source> Core<R, S> {
     /// all known complete (each stream once).
     pub(super) fn hosted_waiting_anywhere(&self, consumer: StreamId) -> Vec<Arc<FreeEvents>> {
         self.hosted_waiting_in_subs(consumer, true)
-            .into_iter()
-            .map(|(events, _)| events)
-            .collect()
     }
 
     /// As [`State::hosted_holding_back`], from the other sub-arenas (`me`'s own is skipped)
@@ -198,12 +191,8 @@ impl<R: RawAllocator, S: Source> Core<R, S> {
         })
     }
 
-    fn hosted_waiting_in_subs(
-        &self,
-        consumer: StreamId,
-        wait: bool,
-    ) -> Vec<(Arc<FreeEvents>, bool)> {
-        let mut all: Vec<(Arc<FreeEvents>, bool)> = Vec::new();
+    fn hosted_waiting_in_subs(&self, consumer: StreamId, wait: bool) -> Vec<Arc<FreeEvents>> {
+        let mut all: Vec<Arc<FreeEvents>> = Vec::new();
         for t in self.subs.used().collect::<Vec<_>>() {
             let Some(sub) = self.subs.get(t) else {
                 continue;
@@ -216,20 +205,13 @@ impl<R: RawAllocator, S: Source> Core<R, S> {
             let Some(st) = st else {
                 continue;
             };
-            for (f, live) in st.hosted_waiting_with_use(consumer) {
-                add_waiting(&mut all, f, live);
+            for f in st.hosted_waiting(consumer) {
+                if !all.iter().any(|g| Arc::ptr_eq(g, &f)) {
+                    all.push(f);
+                }
             }
         }
         all
-    }
-}
-
-/// Adds host stream events `f` to `all` once, `live` if it has chunks in use in any sub-arena
-/// seen.
-pub(super) fn add_waiting(all: &mut Vec<(Arc<FreeEvents>, bool)>, f: Arc<FreeEvents>, live: bool) {
-    match all.iter_mut().find(|(g, _)| Arc::ptr_eq(g, &f)) {
-        Some((_, l)) => *l |= live,
-        None => all.push((f, live)),
     }
 }
 

@@ -130,12 +130,9 @@ impl<S: Source> State<S> {
     }
 
     /// The events of the host streams other than `consumer` whose frees are not all known
-    /// complete, each with whether its stream has chunks in use here.
-    pub(super) fn hosted_waiting_with_use(
-        &self,
-        consumer: StreamId,
-    ) -> Vec<(Arc<FreeEvents>, bool)> {
-        self.hosted.waiting_with_use(consumer)
+    /// complete.
+    pub(super) fn hosted_waiting(&self, consumer: StreamId) -> Vec<Arc<FreeEvents>> {
+        self.hosted.waiting(consumer)
     }
 
     /// The host streams other than `consumer` whose frees, not yet known complete, hold back

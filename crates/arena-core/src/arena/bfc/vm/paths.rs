@@ -151,8 +151,10 @@ impl<R: RawAllocator, S: Source> Core<R, S> {
             let (waiting, holding) = if matches!(waited, Waited::Nothing | Waited::Polled) {
                 // This sub-arena's own too (its lock, held here, the walks cannot take).
                 let mut w = self.hosted_waiting_somewhere(consumer);
-                for (f, live) in st.hosted_waiting_with_use(consumer) {
-                    crate::arena::bfc::moves::add_waiting(&mut w, f, live);
+                for f in st.hosted_waiting(consumer) {
+                    if !w.iter().any(|g| Arc::ptr_eq(g, &f)) {
+                        w.push(f);
+                    }
                 }
                 (
                     w,
@@ -168,7 +170,7 @@ impl<R: RawAllocator, S: Source> Core<R, S> {
             if !waiting.is_empty() {
                 drop(st);
                 drop(global);
-                for (f, live) in waiting {
+                for f in waiting {
                     if holding.iter().any(|h| Arc::ptr_eq(h, &f)) {
                         // Every other thread idle, and this stream's frees hold back a chunk
                         // that fits: covered with an event too (unless the host may destroy
@@ -178,19 +180,10 @@ impl<R: RawAllocator, S: Source> Core<R, S> {
                         // mapping pages beside the others' free ones). A full queue's newest
                         // event is recorded again, later, and what it covers with it.
                         f.advance();
-                    } else if live {
-                        // A query only: a stream with memory in use comes back to free it, and
-                        // its own allocations cover its frees. Eight threads on two cores look
-                        // stalled to each other while off their cores; recording for them made
-                        // their memory everyone's, and each missed on its own memory when it
-                        // ran again (the Rust thread benchmark's mixed at eight threads: six of
-                        // ten runs collapsed, slow path 0.13-1.14 an allocation).
-                        f.poll_now();
                     } else {
-                        // A query, and a record only for a stream that stopped freeing and
-                        // holds nothing (a request's, done for good): its frees hold back
-                        // nothing that fits alone, but once done they merge with what is free
-                        // beside them.
+                        // A query, and a record only for a stream that stopped freeing: its
+                        // frees hold back nothing that fits alone, but once done they merge
+                        // with what is free beside them.
                         f.advance_if_stalled();
                     }
                 }
@@ -246,11 +239,7 @@ impl<R: RawAllocator, S: Source> Core<R, S> {
                 // their next run, which takes the memory back: K sessions would hold their
                 // own peaks each. One wait for the device settles them all; a host stream
                 // that may be held at a gate (any other) is never waited for this way.
-                let waiting: Vec<Arc<FreeEvents>> = self
-                    .hosted_waiting_somewhere(consumer)
-                    .into_iter()
-                    .map(|(events, _)| events)
-                    .collect();
+                let waiting = self.hosted_waiting_somewhere(consumer);
                 if !waiting.is_empty() && waiting.iter().all(|f| f.host_may_destroy()) {
                     drop(global);
                     // Each sub-arena's unknown work (memory of no stream) is settled too,
