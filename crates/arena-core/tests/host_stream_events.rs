@@ -772,27 +772,54 @@ fn past_the_headroom_a_stream_alone_unmaps_its_highest_pages_first() {
     a.check_invariants().expect("invariants");
 }
 
-/// S frees 64 MiB and takes no more marks (keeping 1 MiB in use when `s_holds`); T then
-/// allocates 96 MiB three times, each past the headroom (S's pages mapped, free and pending)
-/// and none fitting in S's free chunk (so no miss polls S for a chunk that fits). Returns how
-/// many events were recorded on S.
-fn misses_past_the_headroom_beside_a_quiet_stream(s_holds: bool) -> u64 {
+/// S frees 64 MiB and takes no more marks; T then allocates 96 MiB three times, each past the headroom (S's pages mapped, free and pending)
+/// and none fitting in S's free chunk (so no miss polls S for a chunk that fits). With
+/// `s_thread_waits`, S's allocations come from a thread that then waits, alive, while T
+/// allocates (a thread the OS paused); otherwise from T's thread, which moved on to T.
+/// Returns how many events were recorded on S.
+fn misses_past_the_headroom_beside_a_quiet_stream(s_thread_waits: bool) -> u64 {
     let (a, _vm, f, sim) = vm_setup_with_vm();
     let (s, t) = (f.get(S).expect("s"), f.get(T).expect("t"));
-    let kept = s_holds.then(|| on(&a, &s, MIB));
-    let freed = on(&a, &s, 64 * MIB);
-    a.free(freed)
-        .expect("free on S, whose work is still queued");
-    let ts: Vec<u64> = (0..3).map(|_| on(&a, &t, 96 * MIB)).collect();
-    assert!(!ts.contains(&freed), "S's work may still use it");
-    assert_eq!(kept.is_some(), s_holds);
+    let on_s = || {
+        let freed = on(&a, &s, 64 * MIB);
+        a.free(freed)
+            .expect("free on S, whose work is still queued");
+        freed
+    };
+    let on_t = |freed: u64| {
+        let ts: Vec<u64> = (0..3).map(|_| on(&a, &t, 96 * MIB)).collect();
+        assert!(!ts.contains(&freed), "S's work may still use it");
+    };
+    if s_thread_waits {
+        let (to_t, from_s) = std::sync::mpsc::channel();
+        let (done, wait) = std::sync::mpsc::channel::<()>();
+        std::thread::scope(|scope| {
+            scope.spawn(move || {
+                to_t.send(on_s()).expect("send");
+                wait.recv().expect("T done");
+            });
+            on_t(from_s.recv().expect("S's frees"));
+            done.send(()).expect("send");
+        });
+    } else {
+        on_t(on_s());
+    }
     a.check_invariants().expect("invariants");
     sim.records(S)
 }
 
-/// A request's stream, done for good, holds nothing and takes no more marks; no allocation of
-/// its own will cover its frees, so the second look past the headroom records for it.
+/// A request's stream, done for good, takes no more marks and its thread moved on to the next
+/// request's stream; no allocation of its own will cover its frees, so the second look past
+/// the headroom records for it.
 #[test]
-fn past_the_headroom_a_quiet_stream_holding_nothing_is_recorded_for() {
+fn past_the_headroom_a_quiet_stream_its_thread_left_is_recorded_for() {
     assert!(misses_past_the_headroom_beside_a_quiet_stream(false) >= 1);
+}
+
+/// A thread paused between two allocations on its own stream looks quiet too; recording for
+/// it handed its memory to the other threads and back (eight threads on two cores: 1.72x one
+/// thread's aggregate on `mixed` before, 0.99x with the record). Its stream is only polled.
+#[test]
+fn past_the_headroom_the_quiet_stream_of_a_waiting_thread_is_only_polled() {
+    assert_eq!(misses_past_the_headroom_beside_a_quiet_stream(true), 0);
 }

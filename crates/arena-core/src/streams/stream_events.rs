@@ -29,7 +29,7 @@
 use crate::types::error::{ArenaError, Result};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Events a stream keeps recorded and not yet seen complete.
@@ -102,6 +102,8 @@ pub struct FreeEvents {
     recorded: AtomicU64,
     /// The marks taken when [`FreeEvents::advance_if_stalled`] last looked.
     seen_marked: AtomicU64,
+    /// Threads whose latest allocation on a host stream was on this one (`threads_on.rs`).
+    threads_on: AtomicU32,
 }
 
 impl FreeEvents {
@@ -117,6 +119,7 @@ impl FreeEvents {
             forgotten: AtomicBool::new(false),
             recorded: AtomicU64::new(0),
             seen_marked: AtomicU64::new(0),
+            threads_on: AtomicU32::new(0),
         }
     }
 
@@ -154,6 +157,21 @@ impl FreeEvents {
     /// The backend's events.
     pub fn events(&self) -> &Arc<dyn StreamEvents> {
         &self.events
+    }
+
+    /// A thread's latest allocation on a host stream is on this one now.
+    pub(crate) fn thread_arrived(&self) {
+        self.threads_on.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A thread whose latest allocation was on this stream allocated on another, or exited.
+    pub(crate) fn thread_left(&self) {
+        self.threads_on.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Whether some live thread's latest allocation on a host stream was on this one.
+    pub fn is_a_threads_latest(&self) -> bool {
+        self.threads_on.load(Ordering::Acquire) > 0
     }
 
     /// Takes the next mark, for a free happening now. No driver call.
@@ -221,15 +239,18 @@ impl FreeEvents {
     }
 
     /// For another stream that wants memory: polls, and covers the frees with an event too
-    /// when none covers them and no free came since the last look (the stream stopped freeing
-    /// and allocating: its next allocation, which would cover them, may never come; a request
-    /// on a stream of its own). A stream still freeing is only polled: it covers its own frees
-    /// at its allocations, and an event recorded for every other stream's miss cost 33 us per
-    /// allocation with 16 threads (see [`FreeEvents::cover_in_use`]). Returns whether more
-    /// marks are now known complete.
+    /// when none covers them, no free came since the last look and no thread's latest
+    /// allocation was on the stream (the stream stopped freeing and its threads moved on: its
+    /// next allocation, which would cover them, may never come; a request on a stream of its
+    /// own). A stream still freeing, or whose thread is only paused, is only polled: an event
+    /// recorded for every other stream's miss cost 33 us per allocation with 16 threads (see
+    /// [`FreeEvents::cover_in_use`]), and one recorded for a paused thread's stream hands its
+    /// memory to the others until it runs again. Returns whether more marks are now known
+    /// complete.
     pub fn advance_if_stalled(&self) -> bool {
         let marked = self.marked.load(Ordering::Acquire);
         if marked > self.recorded.load(Ordering::Acquire)
+            && !self.is_a_threads_latest()
             && self.seen_marked.swap(marked, Ordering::AcqRel) == marked
         {
             return self.advance();
