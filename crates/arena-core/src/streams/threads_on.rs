@@ -13,14 +13,17 @@
 
 use super::stream_events::FreeEvents;
 use std::cell::Cell;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
-/// This thread's latest stream, held so that it lives while it is counted as such.
-struct Latest(Cell<Option<Arc<FreeEvents>>>);
+/// This thread's latest stream. Weak: a thread's last stream must not keep its events alive,
+/// and with them the backend's device context, after every allocator has let go; and the
+/// allocation a `Weak` keeps is what makes the address comparison in [`allocating_on`] sound
+/// (no other stream's events can be made at that address meanwhile).
+struct Latest(Cell<Option<Weak<FreeEvents>>>);
 
 impl Drop for Latest {
     fn drop(&mut self) {
-        if let Some(f) = self.0.take() {
+        if let Some(f) = self.0.take().and_then(|w| w.upgrade()) {
             f.thread_left();
         }
         LATEST_PTR.with(|p| p.set(std::ptr::null()));
@@ -48,7 +51,10 @@ fn switch_to(events: &Arc<FreeEvents>) {
     // one that records an event only less lazy.
     let _ = LATEST.try_with(|l| {
         events.thread_arrived();
-        if let Some(old) = l.0.replace(Some(events.clone())) {
+        if let Some(old) =
+            l.0.replace(Some(Arc::downgrade(events)))
+                .and_then(|w| w.upgrade())
+        {
             old.thread_left();
         }
         LATEST_PTR.with(|p| p.set(Arc::as_ptr(events)));
@@ -84,7 +90,19 @@ mod tests {
             .join()
             .expect("thread");
         assert!(!s.is_a_threads_latest());
-        assert_eq!(Arc::strong_count(&s), 1, "the exited thread let go of it");
+        assert_eq!(Arc::weak_count(&s), 0, "the exited thread let go of it");
+    }
+
+    #[test]
+    fn a_threads_latest_stream_does_not_keep_its_events_alive() {
+        let s = tracker(7);
+        allocating_on(&s);
+        let gone = Arc::downgrade(&s);
+        drop(s);
+        assert!(gone.upgrade().is_none());
+        let t = tracker(8);
+        allocating_on(&t);
+        assert!(t.is_a_threads_latest());
     }
 
     #[test]
