@@ -111,6 +111,8 @@ struct Row {
     rebalances: u64,
     /// Of which moved quota without waiting for a sub-arena another thread held.
     rebalances_in_part: u64,
+    /// Of which borrowed from one other sub-arena alone.
+    borrows: u64,
     /// Allocations of the timed passes that left the common path, per allocation.
     slow_per_alloc: f64,
 }
@@ -264,6 +266,7 @@ fn run(case: &Case, threads: usize) -> Row {
     let mut stats = arena.stats();
     let mut rebalances = arena.quota_rebalances();
     let mut in_part = arena.quota_rebalances_in_part();
+    let mut borrows = arena.quota_borrows();
     // Private arenas: their sums (MaxInUse so is the sum of each one's peak).
     for a in &arenas[1..] {
         if !Arc::ptr_eq(a, arena) {
@@ -273,6 +276,7 @@ fn run(case: &Case, threads: usize) -> Row {
             stats.num_arena_extensions += s.num_arena_extensions;
             rebalances += a.quota_rebalances();
             in_part += a.quota_rebalances_in_part();
+            borrows += a.quota_borrows();
         }
     }
     let allocs_per_pass = (threads * ops.iter().filter(|op| op.0).count()) as f64;
@@ -317,6 +321,7 @@ fn run(case: &Case, threads: usize) -> Row {
         extensions: stats.num_arena_extensions,
         rebalances,
         rebalances_in_part: in_part,
+        borrows,
         slow_per_alloc,
     }
 }
@@ -356,7 +361,7 @@ fn main() {
             Streams::None => "no streams",
         }
     );
-    println!("| trace | threads | agg Mops/s | vs 1 thread | ns/op/thread | pass 0 Mops/s | passes | held/req | MaxInUse/req | regions | quota rebalances (in part) | slow path / alloc |");
+    println!("| trace | threads | agg Mops/s | vs 1 thread | ns/op/thread | pass 0 Mops/s | passes | held/req | MaxInUse/req | regions | quota rebalances (in part, borrowed) | slow path / alloc |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let cases = traces.split_whitespace().flat_map(|kind| {
         modes
@@ -382,7 +387,7 @@ fn main() {
             let r = run(&case, n);
             let one = *base.get_or_insert(r.agg_mops);
             println!(
-                "| {} | {} | {:.3} | {:.2}x | {:.1} | {:.3} | {} | {:.3} | {:.3} | {} | {} ({}) | {:.4} |",
+                "| {} | {} | {:.3} | {:.2}x | {:.1} | {:.3} | {} | {:.3} | {:.3} | {} | {} ({}, {}) | {:.4} |",
                 r.trace,
                 r.threads,
                 r.agg_mops,
@@ -395,6 +400,7 @@ fn main() {
                 r.extensions,
                 r.rebalances,
                 r.rebalances_in_part,
+                r.borrows,
                 r.slow_per_alloc
             );
             if let Some(path) = &json {
@@ -405,8 +411,8 @@ fn main() {
                     .expect("BENCH_JSON");
                 writeln!(
                     f,
-                    "{{\"trace\":\"{}\",\"threads\":{},\"streams\":\"{}\",\"agg_mops\":{:.4},\"ns_per_op_thread\":{:.2},\"first_pass_mops\":{:.4},\"passes\":{},\"held_over_req\":{:.4},\"max_in_use_over_req\":{:.4},\"regions\":{},\"rebalances\":{},\"rebalances_in_part\":{},\"slow_per_alloc\":{:.5}}}",
-                    r.trace, r.threads, streams.name(), r.agg_mops, r.ns_per_op_thread, r.first_pass_mops, r.passes, r.held_over_req, r.max_in_use_over_req, r.extensions, r.rebalances, r.rebalances_in_part, r.slow_per_alloc
+                    "{{\"trace\":\"{}\",\"threads\":{},\"streams\":\"{}\",\"agg_mops\":{:.4},\"ns_per_op_thread\":{:.2},\"first_pass_mops\":{:.4},\"passes\":{},\"held_over_req\":{:.4},\"max_in_use_over_req\":{:.4},\"regions\":{},\"rebalances\":{},\"rebalances_in_part\":{},\"borrows\":{},\"slow_per_alloc\":{:.5}}}",
+                    r.trace, r.threads, streams.name(), r.agg_mops, r.ns_per_op_thread, r.first_pass_mops, r.passes, r.held_over_req, r.max_in_use_over_req, r.extensions, r.rebalances, r.rebalances_in_part, r.borrows, r.slow_per_alloc
                 )
                 .expect("write");
             }

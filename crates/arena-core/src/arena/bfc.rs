@@ -308,6 +308,11 @@ impl<R: RawAllocator, S: Source> Core<R, S> {
         self.subs.global().ledger.rebalances_in_part
     }
 
+    /// Of [`Arena::quota_rebalances`], those that borrowed from one other sub-arena alone.
+    pub(crate) fn quota_borrows(&self) -> u64 {
+        self.subs.global().ledger.borrows
+    }
+
     /// How many allocations left the common path (no free chunk of the thread's sub-arena
     /// served, or the quota needed a rebalance): each takes the global lock, and in
     /// virtual-memory mode may map pages. For benchmarks and tests.

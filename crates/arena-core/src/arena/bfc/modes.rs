@@ -92,6 +92,12 @@ impl<R: RawAllocator> Arena<R> {
         each_mode!(self, c => c.quota_rebalances_in_part())
     }
 
+    /// Of [`Arena::quota_rebalances`], those that borrowed unused quota from one other
+    /// sub-arena alone, locking no other.
+    pub fn quota_borrows(&self) -> u64 {
+        each_mode!(self, c => c.quota_borrows())
+    }
+
     /// How many allocations left the common path (no free chunk of the thread's sub-arena
     /// served, or the quota needed a rebalance): each takes the global lock, and in
     /// virtual-memory mode may map pages. For benchmarks and tests.
