@@ -73,6 +73,7 @@ use crate::collections::addr_map::{AddrMap, AddrTable};
 use crate::raw::{RawAllocator, VirtualMemory};
 use crate::streams::stream::{Clock, Stream, StreamId};
 use crate::streams::stream_events::{settle_on_device, FreeEvents};
+use crate::streams::threads_on;
 use crate::types::config::{ArenaConfig, ExtendStrategy};
 use crate::types::error::{ArenaError, Result};
 use crate::types::memory_info::MemoryInfo;
@@ -527,12 +528,17 @@ impl<R: RawAllocator, S: Source> Core<R, S> {
     }
 
     /// A chunk of `st` is tagged with `stream` now: the stream must tell the arena when it
-    /// goes, and a host stream's frees take its marks.
+    /// goes, and a host stream's frees take its marks. When the stream is not the one that
+    /// took a chunk here last, this thread may have changed streams: it counts on this one now
+    /// (`threads_on.rs`; a thread that keeps to its stream and its sub-arena never asks).
     #[inline(always)]
     fn tag_with(&self, st: &mut State<S>, stream: &Stream) {
         if st.registered != stream.id() {
             stream.clock().register_user(&self.subs);
             st.registered = stream.id();
+            if let Some(events) = stream.free_events() {
+                threads_on::allocating_on(events);
+            }
         }
         if let Some(events) = stream.free_events() {
             st.hosted.took(stream.id(), events);

@@ -2,7 +2,6 @@
 //! retiring, the stats summed over sub-arenas, shrink and the memory log.
 
 use super::*;
-use crate::streams::threads_on;
 
 impl<R: RawAllocator, S: Source> Core<R, S> {
     /// The arena as it is when nothing else runs: `ERR_ARENA_RELEASED` once retired.
@@ -144,9 +143,6 @@ impl<R: RawAllocator, S: Source> Allocator for Core<R, S> {
                 "the arena for {} is not stream-aware",
                 self.raw.info()
             )));
-        }
-        if let Some(events) = stream.free_events() {
-            threads_on::allocating_on(events);
         }
         self.allocate(size, Some(stream))
     }
