@@ -634,6 +634,12 @@ mod shuttle_checks {
     }
 
     fn scenario() {
+        scenario_freeing(9);
+    }
+
+    /// Three threads charge their own sub-arenas and free `freed` bytes of another's (enough,
+    /// at 40, to leave quota unused that the next charge may borrow). Returns the borrows.
+    fn scenario_freeing(freed: u64) -> u64 {
         let world = World::new(3);
         let workers: Vec<_> = (0..3usize)
             .map(|me| {
@@ -643,7 +649,7 @@ mod shuttle_checks {
                         w.charge(me, 10 + 7 * step + me as u64);
                         if step % 2 == 1 {
                             // A free from another thread.
-                            w.free((me + 1) % 3, 9);
+                            w.free((me + 1) % 3, freed);
                         }
                     }
                     w.free(me, 20);
@@ -665,6 +671,8 @@ mod shuttle_checks {
             world.truth_peak.load(Ordering::SeqCst),
             "MaxInUse is the true peak of the sum"
         );
+        let borrows = world.global.lock().expect("not poisoned").borrows;
+        borrows
     }
 
     #[test]
@@ -675,5 +683,22 @@ mod shuttle_checks {
     #[test]
     fn max_in_use_is_the_true_peak_and_no_schedule_deadlocks_pct() {
         shuttle::check_pct(scenario, 3000, 3);
+    }
+
+    #[test]
+    fn max_in_use_stays_the_true_peak_while_threads_borrow_quota() {
+        // Borrows over every schedule (shuttle runs them one at a time, on this test's thread).
+        static BORROWS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        shuttle::check_random(
+            || {
+                let b = scenario_freeing(40);
+                BORROWS.fetch_add(b, std::sync::atomic::Ordering::Relaxed);
+            },
+            3000,
+        );
+        assert!(
+            BORROWS.load(std::sync::atomic::Ordering::Relaxed) > 0,
+            "some schedule borrowed"
+        );
     }
 }
