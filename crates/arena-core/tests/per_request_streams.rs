@@ -253,54 +253,79 @@ enum Told {
 /// `W` requests later. Returns what is held at the end and the most bytes that `W + 1`
 /// consecutive requests allocated (what frees still running may keep from other streams).
 /// What is held then depends on the requests in flight, not on how many streams came before.
-fn requests_in_flight(a: &Arena<AddressSpaceAllocator>, requests: u64, told: Told) -> (u64, u64) {
-    requests_in_flight_keeping(a, requests, told, 0)
+fn requests_in_flight(
+    a: &Arc<Arena<AddressSpaceAllocator>>,
+    requests: u64,
+    told: Told,
+) -> (u64, u64) {
+    requests_in_flight_keeping(a, requests, told, 0, 0)
 }
 
 /// As [`requests_in_flight`], each request also leaving 4 KiB in use on its stream for the
-/// next `keep` requests (none when 0).
+/// next `keep` requests (none when 0), and each served by one of `pool` long-lived threads
+/// taking turns (request `i` by thread `i % pool`, one at a time; the caller's thread when 0).
 fn requests_in_flight_keeping(
-    a: &Arena<AddressSpaceAllocator>,
+    a: &Arc<Arena<AddressSpaceAllocator>>,
     requests: u64,
     told: Told,
     keep: usize,
+    pool: usize,
 ) -> (u64, u64) {
     const W: u64 = 50;
     let sim = SimEvents::new();
     let events: Arc<dyn StreamEvents> = sim.clone();
     let streams = ForeignStreams::with_events(Some(events));
     let handle = |i: u64| 0x10_0000 + i * 64;
+    let workers: Vec<Worker> = (0..pool).map(|_| Worker::new()).collect();
     let mut seed = 12345u64;
     let mut in_flight = std::collections::VecDeque::new();
     let mut kept = std::collections::VecDeque::new();
     let (mut window, mut sizes, mut pinned) = (0u64, std::collections::VecDeque::new(), 0u64);
     for i in 0..requests {
         let s = streams.get(handle(i)).expect("a new stream is served");
-        let ps: Vec<u64> = (0..3)
+        let request: Vec<u64> = (0..3)
             .map(|_| {
                 seed ^= seed << 13;
                 seed ^= seed >> 7;
                 seed ^= seed << 17;
-                let size = (1 + seed % 32) * 64 * KIB;
-                window += size;
-                sizes.push_back(size);
-                a.alloc_on_stream(size, &s).expect("alloc").expect("addr")
+                (1 + seed % 32) * 64 * KIB
             })
             .collect();
+        for &size in &request {
+            window += size;
+            sizes.push_back(size);
+        }
         while sizes.len() as u64 > 3 * (W + 1) {
             window -= sizes.pop_front().unwrap_or(0);
         }
         pinned = pinned.max(window);
-        if keep > 0 {
-            kept.push_back(a.alloc_on_stream(4096, &s).expect("alloc").expect("addr"));
+        // What the request allocates and keeps, and the frees, on its thread.
+        let serve = {
+            let (a, s) = (a.clone(), s.clone());
+            move || {
+                let ps: Vec<u64> = request
+                    .iter()
+                    .map(|&size| a.alloc_on_stream(size, &s).expect("alloc").expect("addr"))
+                    .collect();
+                let k =
+                    (keep > 0).then(|| a.alloc_on_stream(4096, &s).expect("alloc").expect("addr"));
+                for p in ps {
+                    a.free(p).expect("free");
+                }
+                k
+            }
+        };
+        let k = match workers.get((i as usize).checked_rem(pool).unwrap_or(0)) {
+            Some(w) => w.run(serve),
+            None => serve(),
+        };
+        if let Some(k) = k {
+            kept.push_back(k);
             if kept.len() > keep {
                 if let Some(k) = kept.pop_front() {
                     a.free(k).expect("free what was kept");
                 }
             }
-        }
-        for p in ps {
-            a.free(p).expect("free");
         }
         let events = s.free_events().expect("host streams have events").clone();
         if told == Told::Polled {
@@ -327,9 +352,9 @@ fn with_requests_in_flight_on_streams_of_their_own_what_is_held_stops_growing() 
     // was still running, and wait for that stream; meanwhile the next requests mapped new
     // pages, and more streams meant more memory without end (460 MiB after 10,000 requests,
     // 606 after 30,000, 1,276 after 120,000, for 6 MiB in use at a time).
-    let a = virtual_vm_arena(&[]);
+    let a = Arc::new(virtual_vm_arena(&[]));
     let (after_10k, _) = requests_in_flight(&a, 10_000, Told::Polled);
-    let b = virtual_vm_arena(&[]);
+    let b = Arc::new(virtual_vm_arena(&[]));
     let (after_30k, _) = requests_in_flight(&b, 30_000, Told::Polled);
     assert!(
         after_30k <= after_10k + 8 * MIB,
@@ -358,13 +383,27 @@ fn requests_whose_streams_keep_a_buffer_alive_hold_what_their_frees_pin() {
     held_follows_the_requests_in_flight(1000);
 }
 
+#[test]
+fn requests_served_by_pool_threads_taking_turns_hold_what_their_frees_pin() {
+    // Each of four long-lived threads serves every fourth request, then waits: its last
+    // request's stream stays its latest until its next turn, so the others only poll it, and
+    // what that leaves pinned must not add up with the requests.
+    held_follows_the_requests_in_flight_on(0, 4);
+}
+
 /// 10,000 and 30,000 requests never told done (each keeping 4 KiB for `keep` requests): what
 /// is held does not grow with the requests, and stays within twice what those in flight pin.
 fn held_follows_the_requests_in_flight(keep: usize) {
-    let a = virtual_vm_arena(&[]);
-    let (after_10k, _) = requests_in_flight_keeping(&a, 10_000, Told::Nothing, keep);
-    let b = virtual_vm_arena(&[]);
-    let (after_30k, pinned) = requests_in_flight_keeping(&b, 30_000, Told::Nothing, keep);
+    held_follows_the_requests_in_flight_on(keep, 0);
+}
+
+/// As [`held_follows_the_requests_in_flight`], the requests served by `pool` threads taking
+/// turns (the caller's thread when 0).
+fn held_follows_the_requests_in_flight_on(keep: usize, pool: usize) {
+    let a = Arc::new(virtual_vm_arena(&[]));
+    let (after_10k, _) = requests_in_flight_keeping(&a, 10_000, Told::Nothing, keep, pool);
+    let b = Arc::new(virtual_vm_arena(&[]));
+    let (after_30k, pinned) = requests_in_flight_keeping(&b, 30_000, Told::Nothing, keep, pool);
     assert!(
         after_30k <= after_10k + 8 * MIB,
         "{} MiB held after 10,000 requests, {} after 30,000",
