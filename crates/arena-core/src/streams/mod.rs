@@ -1,6 +1,6 @@
 //! Streams: the arena's logical streams and their sync clock (`stream.rs`), events on streams
-//! the host owns (`stream_events.rs`), the host stream each thread allocated on last (`threads_on.rs`), and the
-//! bounded table of those host streams (`foreign_streams.rs`).
+//! the host owns (`stream_events.rs`), the host stream each thread allocated on last
+//! (`threads_on.rs`), and the bounded table of those host streams (`foreign_streams.rs`).
 
 pub mod foreign_streams;
 pub(crate) mod stream;

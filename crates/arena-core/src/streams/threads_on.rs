@@ -8,8 +8,11 @@
 //! runs again: eight threads on two cores fell from 1.72x one thread's aggregate to 0.99x
 //! (median of ten runs of the Rust thread benchmark on `mixed`). A stream that is some
 //! thread's latest is not stalled; one whose threads all moved on to other streams (or
-//! exited) is. One thread-local read per allocation on a host stream; the stream's counter
-//! changes only when the thread changes streams.
+//! exited) is. The arena asks only when a sub-arena's last stream changes (`Arena::tag_with`),
+//! so a thread that keeps to its stream and its sub-arena reads no thread-local; then one
+//! thread-local read, and the stream's counter changes only when the thread changed streams.
+//! A second thread arriving on a stream that is already its sub-arena's last is not counted:
+//! that stream may then be recorded for while it pauses, as before this rule, never worse.
 
 use super::stream_events::FreeEvents;
 use std::cell::Cell;
