@@ -772,8 +772,9 @@ fn past_the_headroom_a_stream_alone_unmaps_its_highest_pages_first() {
     a.check_invariants().expect("invariants");
 }
 
-/// S frees 64 MiB and takes no more marks; T then allocates 96 MiB three times, each past the headroom (S's pages mapped, free and pending)
-/// and none fitting in S's free chunk (so no miss polls S for a chunk that fits). With
+/// S frees 64 MiB and takes no more marks; T then allocates 96 MiB three times, each past the
+/// headroom (S's pages mapped, free and pending) and none fitting in S's free chunk (so no miss
+/// polls S for a chunk that fits). With
 /// `s_thread_waits`, S's allocations come from a thread that then waits, alive, while T
 /// allocates (a thread the OS paused); otherwise from T's thread, which moved on to T.
 /// Returns how many events were recorded on S.

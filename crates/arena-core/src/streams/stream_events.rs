@@ -103,7 +103,10 @@ pub struct FreeEvents {
     /// The marks taken when [`FreeEvents::advance_if_stalled`] last looked.
     seen_marked: AtomicU64,
     /// Threads whose latest allocation on a host stream was on this one (`threads_on.rs`).
-    threads_on: AtomicU32,
+    /// Shared with those threads' locals, which hold the counter and never the events: a
+    /// thread's last stream keeps no events (nor their backend's device context) alive, and
+    /// letting go of it from under an arena's lock drops no events there.
+    threads_on: Arc<AtomicU32>,
 }
 
 impl FreeEvents {
@@ -119,7 +122,7 @@ impl FreeEvents {
             forgotten: AtomicBool::new(false),
             recorded: AtomicU64::new(0),
             seen_marked: AtomicU64::new(0),
-            threads_on: AtomicU32::new(0),
+            threads_on: Arc::new(AtomicU32::new(0)),
         }
     }
 
@@ -159,14 +162,9 @@ impl FreeEvents {
         &self.events
     }
 
-    /// A thread's latest allocation on a host stream is on this one now.
-    pub(crate) fn thread_arrived(&self) {
-        self.threads_on.fetch_add(1, Ordering::AcqRel);
-    }
-
-    /// A thread whose latest allocation was on this stream allocated on another, or exited.
-    pub(crate) fn thread_left(&self) {
-        self.threads_on.fetch_sub(1, Ordering::AcqRel);
+    /// The count of threads whose latest allocation on a host stream was on this one.
+    pub(crate) fn threads_on(&self) -> &Arc<AtomicU32> {
+        &self.threads_on
     }
 
     /// Whether some live thread's latest allocation on a host stream was on this one.

@@ -16,51 +16,50 @@
 
 use super::stream_events::FreeEvents;
 use std::cell::Cell;
-use std::sync::{Arc, Weak};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 
-/// This thread's latest stream. Weak: a thread's last stream must not keep its events alive,
-/// and with them the backend's device context, after every allocator has let go; and the
-/// allocation a `Weak` keeps is what makes the address comparison in [`allocating_on`] sound
-/// (no other stream's events can be made at that address meanwhile).
-struct Latest(Cell<Option<Weak<FreeEvents>>>);
+/// The counter of this thread's latest stream. Only the counter: the thread's last stream
+/// keeps no events alive, and dropping this drops nothing but a number, even under an arena's
+/// lock. Holding it is what makes the address comparison in [`allocating_on`] sound (no other
+/// stream's counter can be made at that address meanwhile).
+struct Latest(Cell<Option<Arc<AtomicU32>>>);
 
 impl Drop for Latest {
     fn drop(&mut self) {
-        if let Some(f) = self.0.take().and_then(|w| w.upgrade()) {
-            f.thread_left();
+        if let Some(c) = self.0.take() {
+            c.fetch_sub(1, Ordering::AcqRel);
         }
         LATEST_PTR.with(|p| p.set(std::ptr::null()));
     }
 }
 
 thread_local! {
-    /// The address of the events in `LATEST`: the common check, a plain read with no
+    /// The address of the counter in `LATEST`: the common check, a plain read with no
     /// destructor to register.
-    static LATEST_PTR: Cell<*const FreeEvents> = const { Cell::new(std::ptr::null()) };
+    static LATEST_PTR: Cell<*const AtomicU32> = const { Cell::new(std::ptr::null()) };
     static LATEST: Latest = const { Latest(Cell::new(None)) };
 }
 
 /// This thread allocates on the stream of `events` now.
 #[inline]
-pub(crate) fn allocating_on(events: &Arc<FreeEvents>) {
-    if LATEST_PTR.with(Cell::get) != Arc::as_ptr(events) {
-        switch_to(events);
+pub(crate) fn allocating_on(events: &FreeEvents) {
+    let counter = events.threads_on();
+    if LATEST_PTR.with(Cell::get) != Arc::as_ptr(counter) {
+        switch_to(counter);
     }
 }
 
 #[cold]
-fn switch_to(events: &Arc<FreeEvents>) {
+fn switch_to(counter: &Arc<AtomicU32>) {
     // A thread whose locals are being destroyed counts on no stream: any answer is correct,
     // one that records an event only less lazy.
     let _ = LATEST.try_with(|l| {
-        events.thread_arrived();
-        if let Some(old) =
-            l.0.replace(Some(Arc::downgrade(events)))
-                .and_then(|w| w.upgrade())
-        {
-            old.thread_left();
+        counter.fetch_add(1, Ordering::AcqRel);
+        if let Some(old) = l.0.replace(Some(counter.clone())) {
+            old.fetch_sub(1, Ordering::AcqRel);
         }
-        LATEST_PTR.with(|p| p.set(Arc::as_ptr(events)));
+        LATEST_PTR.with(|p| p.set(Arc::as_ptr(counter)));
     });
 }
 
@@ -93,7 +92,11 @@ mod tests {
             .join()
             .expect("thread");
         assert!(!s.is_a_threads_latest());
-        assert_eq!(Arc::weak_count(&s), 0, "the exited thread let go of it");
+        assert_eq!(
+            Arc::strong_count(s.threads_on()),
+            1,
+            "the exited thread let go of it"
+        );
     }
 
     #[test]
