@@ -12,7 +12,10 @@
 //   scripts/gpu/replay_pair.cpp -L$CUDA/lib64 -lcudart -ldl -o replay_pair
 // Run: replay_pair --trace T.trc --plugin cuda_arena_plugin.so --arg-a 'LIB@cuda@Cuda@'
 //   --arg-b 'LIB@cuda@Cuda@arena.use_virtual_memory=1' [--rounds 4] [--label-a A]
-//   [--label-b B] [--json FILE]
+//   [--label-b B] [--json FILE] [--max-ops N] [--size-div D]
+// --max-ops replays only the first N operations (what is still live after them is freed, untimed,
+// before the next pass) and --size-div divides every size, rounding up: the one-thread runs of
+// scripts/gpu/threads.sh, whose traces replay_mt cuts and scales so.
 // Prints one JSON line: every timed pass's ns/op of each, their medians and B / A.
 #include "replay_core.h"
 
@@ -23,7 +26,8 @@ namespace {
 [[noreturn]] void pair_usage() {
   std::fprintf(stderr,
                "usage: replay_pair --trace FILE.trc --plugin PLUGIN.so --arg-a ARG --arg-b ARG\n"
-               "                   [--rounds 4] [--label-a A] [--label-b B] [--json FILE]\n");
+               "                   [--rounds 4] [--label-a A] [--label-b B] [--json FILE]\n"
+               "                   [--max-ops N] [--size-div D]\n");
   std::exit(2);
 }
 
@@ -57,6 +61,7 @@ struct Side {
 int main(int argc, char** argv) {
   std::string trace, plugin, json, args[2], labels[2] = {"A", "B"};
   int rounds = 4;
+  uint64_t max_ops = 0, size_div = 1;  // 0: the whole trace
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -71,10 +76,28 @@ int main(int argc, char** argv) {
     else if (a == "--label-b") labels[1] = next();
     else if (a == "--rounds") rounds = std::atoi(next().c_str());
     else if (a == "--json") json = next();
+    else if (a == "--max-ops") max_ops = std::strtoull(next().c_str(), nullptr, 10);
+    else if (a == "--size-div") size_div = std::strtoull(next().c_str(), nullptr, 10);
     else pair_usage();
   }
-  if (trace.empty() || plugin.empty() || args[0].empty() || args[1].empty() || rounds < 1) pair_usage();
+  if (trace.empty() || plugin.empty() || args[0].empty() || args[1].empty() || rounds < 1 || size_div < 1)
+    pair_usage();
   Trace t = load_trace(trace);
+  const uint64_t n = max_ops && max_ops < t.n_ops ? max_ops : t.n_ops;
+  if (size_div > 1)
+    for (Op& op : t.ops) op.size = (op.size + size_div - 1) / size_div;
+  // What the first n operations leave live, by id, to free between passes.
+  std::vector<const Op*> left(t.n_ids, nullptr);
+  for (uint64_t i = 0; i < n; ++i) left[t.ops[i].id] = t.ops[i].kind == 0 ? &t.ops[i] : nullptr;
+  auto pass = [&](Side& s) {
+    PassResult pr = run_pass<PluginBackend, false>(t, s.b, s.slots, n, 0, nullptr);
+    for (uint64_t id = 0; id < t.n_ids; ++id)
+      if (left[id] && s.slots[id]) {
+        s.b.free(s.slots[id], left[id]->size, left[id]->stream);
+        s.slots[id] = nullptr;
+      }
+    return pr;
+  };
 
   void* h = dlopen(plugin.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!h) die("dlopen failed: %s%s", dlerror(), "");
@@ -104,22 +127,23 @@ int main(int argc, char** argv) {
   }
   // One untimed pass each (the first maps or grows what the later ones reuse).
   for (Side& s : side) {
-    PassResult pr = run_pass<PluginBackend, false>(t, s.b, s.slots, t.n_ops, 0, nullptr);
+    PassResult pr = pass(s);
     s.failures = std::max(s.failures, pr.failures);
   }
   for (int r = 0; r < rounds; ++r) {
     const int order[2] = {r % 2, 1 - r % 2};  // A B, then B A, ...
     for (int k : order) {
       Side& s = side[k];
-      PassResult pr = run_pass<PluginBackend, false>(t, s.b, s.slots, t.n_ops, 0, nullptr);
-      s.ns.push_back(pr.seconds * 1e9 / (double)t.n_ops);
+      PassResult pr = pass(s);
+      s.ns.push_back(pr.seconds * 1e9 / (double)n);
       s.failures = std::max(s.failures, pr.failures);
     }
   }
   const double ma = median(side[0].ns), mb = median(side[1].ns);
   char buf[256];
   std::string j = "{\"trace\":" + jstr(t.name) + ",\"device\":" + jstr(prop.name);
-  j += ",\"n_ops\":" + std::to_string(t.n_ops) + ",\"rounds\":" + std::to_string(rounds);
+  j += ",\"n_ops\":" + std::to_string(n) + ",\"rounds\":" + std::to_string(rounds);
+  j += ",\"size_div\":" + std::to_string(size_div);
   j += ",\"label_a\":" + jstr(side[0].label) + ",\"label_b\":" + jstr(side[1].label);
   j += ",\"ns_a\":" + list(side[0].ns) + ",\"ns_b\":" + list(side[1].ns);
   std::snprintf(buf, sizeof buf, ",\"median_a\":%.2f,\"median_b\":%.2f,\"b_over_a\":%.4f", ma, mb, mb / ma);

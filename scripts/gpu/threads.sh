@@ -16,6 +16,9 @@
 # Diagnostics: EXTRA="label=path.so ..." also runs other builds of the library beside "new";
 # OTHERS=0 skips PyTorch and cudaMallocAsync; NOSTREAM=0 skips the new-nostream runs;
 # ONE_REPEATS (default 5) is how many processes measure the new and today's library at one thread;
+# ONE_PAIRS (default 3) how many processes of scripts/gpu/replay_pair.cpp time the two libraries
+# at one thread in one process, their passes alternating (the figure the one-thread bar takes:
+# separate processes land at one of two speeds, docs/benchmarks.md);
 # ARENA_CONF="arena.k=v,..." configures every cuda-arena run (e.g. arena.use_virtual_memory=1).
 # Results: OUTDIR/mt.jsonl (one JSON object per run), OUTDIR/mt.log, OUTDIR/device_facts.txt,
 # OUTDIR/mt_tables.md (scripts/gpu/bench/mt_summarize.py) and OUTDIR/bars.md, whose last line
@@ -43,6 +46,7 @@ EXTRA=${EXTRA:-}
 OTHERS=${OTHERS:-1}
 NOSTREAM=${NOSTREAM:-1}
 ONE_REPEATS=${ONE_REPEATS:-5}
+ONE_PAIRS=${ONE_PAIRS:-3}
 ARENA_CONF=${ARENA_CONF:-}
 NEW=$PWD/.device/libcuda_arena.so
 BASE=$PWD/.device/libcuda_arena.base.so
@@ -74,6 +78,9 @@ g++ -O2 -std=c++17 -pthread -I"$CUDA/include" "$HERE/replay_mt.cpp" -L"$CUDA/lib
 P_MT=$!
 g++ -std=c++17 -O2 -shared -fPIC -I"$HERE" -o "$B/cuda_arena_plugin.so" "$HERE/cuda_arena_plugin.cpp" -ldl >> "$LOG" 2>&1 &
 P_PL=$!
+g++ -O2 -std=c++17 -I"$CUDA/include" -I"$HERE" scripts/gpu/replay_pair.cpp -L"$CUDA/lib64" -lcudart -ldl \
+  -Wl,-rpath,"$CUDA/lib64" -o "$B/replay_pair" >> "$LOG" 2>&1 &
+P_PR=$!
 TORCH_DIR=$(python3 -c 'import torch,os;print(os.path.dirname(torch.__file__))' 2>/dev/null)
 TORCH_ABI=$(python3 -c 'import torch;print(int(torch._C._GLIBCXX_USE_CXX11_ABI))' 2>/dev/null)
 P_TO=
@@ -85,7 +92,7 @@ if [ -n "$TORCH_DIR" ]; then
 fi
 wait $P_TR && say "traces ok (sha256 match)" || say "WARNING: trace generation or sha256 check failed"
 cat "$OUT/traces.log" >> "$LOG"
-wait $P_MT; wait $P_PL
+wait $P_MT; wait $P_PL; wait $P_PR
 [ -x "$B/replay_mt" ] && [ -e "$B/cuda_arena_plugin.so" ] || { say "FATAL: replay_mt or the plugin did not build"; exit 1; }
 TORCH_OK=0
 [ -n "$P_TO" ] && wait "$P_TO" && [ -e "$B/libtorch_plugin.so" ] && TORCH_OK=1
@@ -148,6 +155,27 @@ for t in small mixed; do
     fi
   done
 done
+# One thread, both libraries in one process (A B B A ... passes, the two swapping places every
+# other process).
+PAIRS=$OUT/one_pairs.jsonl
+: > "$PAIRS"
+if [ -x "$B/replay_pair" ]; then
+  for t in small mixed; do
+    tr="TR_$t"
+    for p in $(seq 1 "$ONE_PAIRS"); do
+      left=$(( BUDGET_S - $(el) ))
+      if [ "$left" -lt 8 ]; then say "skip (budget) one-thread pair $t"; continue; fi
+      a=("$BASE" today) b=("$NEW" new)
+      [ $((p % 2)) = 0 ] && { a=("$NEW" new); b=("$BASE" today); }
+      timeout $(( left < RUN_TIMEOUT_S ? left : RUN_TIMEOUT_S )) "$B/replay_pair" ${!tr} --plugin "$P" \
+        --arg-a "${a[0]}@$ARENA_BACKEND@Cuda@$ARENA_CONF" --label-a "${a[1]}" \
+        --arg-b "${b[0]}@$ARENA_BACKEND@Cuda@$ARENA_CONF" --label-b "${b[1]}" \
+        --rounds 8 --json "$PAIRS" >> "$LOG" 2>&1 || say "  FAILED: one-thread pair $t"
+    done
+  done
+else
+  say "replay_pair did not build: no one-thread pairs"
+fi
 [ "$NOSTREAM" = 1 ] && for t in small mixed; do
   tr="TR_$t"
   for n in $THREADS; do
@@ -158,7 +186,7 @@ done
 
 say "summary"
 python3 "$HERE/mt_summarize.py" "$RES" > "$OUT/mt_tables.md" 2>> "$LOG"
-python3 scripts/gpu/threads_bars.py "$RES" > "$OUT/bars.md" 2>> "$LOG"
+python3 scripts/gpu/threads_bars.py "$RES" "$PAIRS" > "$OUT/bars.md" 2>> "$LOG"
 cat "$OUT/mt_tables.md" "$OUT/bars.md"
 say "done"
 tail -n 1 "$OUT/bars.md" | grep -q "threads: PASS"

@@ -2,13 +2,15 @@
 """The thread bars (issue 15's, with issue 25's scaling) from one scripts/gpu/threads.sh run
 (replay_mt JSON lines).
 
-usage: python3 threads_bars.py mt.jsonl > bars.md
+usage: python3 threads_bars.py mt.jsonl [one_pairs.jsonl] > bars.md
 
 Per trace (small, mixed ÷ 16), for the library built from this tree ("new"); a run repeated in
 several processes counts as its median process:
   1. aggregate throughput at the most threads measured (16) >= 8x one thread's (issue 25;
      issue 15 asked 4x);
-  2. one thread's ns/op <= 1.05x today's library's in the same run;
+  2. one thread's ns/op <= 1.05x today's library's in the same run: with one_pairs.jsonl
+     (replay_pair lines, both libraries in one process), the median over processes of each
+     process's new ÷ today; without it, the median processes' ns/op;
   3. held/req at 16 threads <= 1.2x held/req at one thread, where held is the driver-measured
      peak of the first pass and req = N x the trace's peak live requested bytes per thread.
 Prints a table of every allocator's scaling and held/req, then one line per bar and a last
@@ -46,6 +48,29 @@ def load(path):
     return rows
 
 
+def load_pairs(path):
+    """Per trace, each replay_pair process's (new ÷ today) of its median passes."""
+    out = {}
+    if not path:
+        return out
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line.startswith("{"):
+                continue
+            r = json.loads(line)
+            med = {r["label_a"]: r["median_a"], r["label_b"]: r["median_b"]}
+            if "new" in med and "today" in med and med["today"] > 0:
+                out.setdefault(r["trace"], []).append(med["new"] / med["today"])
+    return out
+
+
+def median(v):
+    v = sorted(v)
+    n = len(v)
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+
 def held_over_req(r):
     # The driver's count where there is one (0 on a machine without a GPU: the allocator's).
     held = r.get("peak_driver_delta_first_pass") or r.get("allocator_held_peak_all_passes")
@@ -53,8 +78,9 @@ def held_over_req(r):
     return held / req if held and req else None
 
 
-def main(path):
+def main(path, pairs_path=None):
     rows = load(path)
+    pairs = load_pairs(pairs_path)
     traces = [t for t in ("small", "mixed") if any(k[0] == t for k in rows)]
     names = []
     for k in rows:
@@ -95,7 +121,18 @@ def main(path):
         else:
             ok = False
             lines.append(f"FAIL {t}: no run of the new library at 1 and {top} threads")
-        if new1 and today1:
+        if pairs.get(t):
+            q = median(pairs[t])
+            good = q <= 1.05
+            ok &= good
+            sep = ""
+            if new1 and today1:
+                sep = (f"; in separate processes {new1['ns_per_op_per_thread']:.1f} against "
+                       f"{today1['ns_per_op_per_thread']:.1f} ns/op")
+            lines.append(f"{'ok  ' if good else 'FAIL'} {t}: one thread {q:.3f}x today's in one process "
+                         f"(median of {len(pairs[t])}: " + "/".join(f"{x:.3f}" for x in pairs[t])
+                         + f"; bar 1.05x){sep}")
+        elif new1 and today1:
             q = new1["ns_per_op_per_thread"] / today1["ns_per_op_per_thread"]
             good = q <= 1.05
             ok &= good
@@ -128,7 +165,7 @@ def main(path):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
+    if len(sys.argv) not in (2, 3):
         print(__doc__)
         sys.exit(1)
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2] if len(sys.argv) == 3 else None)
