@@ -182,7 +182,10 @@ OrtStatus* cuda_arena_ort_ep_run_end(cuda_arena_ort_ep* ep, int device_id, void*
 void cuda_arena_ort_ep_destroy(cuda_arena_ort_ep* ep);
 
 /* The last failure on this thread: its code (CUDA_ARENA_OK if none) and its message, copied
- * into buf (NUL-terminated, truncated to len). Returns the message length. */
+ * into buf (NUL-terminated, truncated to len). Returns the message length. Calls made from a
+ * thread-local destructor that runs after the library's own (a pthread_key destructor, a C++
+ * thread_local's) work, but keep no last error: there the code reads CUDA_ARENA_ERR_PANIC and
+ * the message is empty, and the call's own return value is its outcome. */
 int cuda_arena_last_error_code(void);
 size_t cuda_arena_last_error(char* buf, size_t len);
 /* The warning of this thread's last cuda_arena_create or cuda_arena_ort_ep_create_allocator

@@ -214,8 +214,30 @@ pub(crate) fn with_reported<T>(
 
 /// The common path finds the handle in this thread's cache, still alive; the rest look it up
 /// (and remember it, unless a call on this thread is running on a cached handle already).
+/// A call made while this thread's locals are being destroyed (from a C `pthread_key`
+/// destructor or a C++ `thread_local`'s, after ours) runs on a state of its own, uncached,
+/// instead of failing: a free from such a destructor must not leak.
 #[inline(always)]
 fn run<T>(
+    a: *const c_void,
+    f: impl FnOnce(&Handle, &ThreadState) -> Result<T, ArenaError>,
+    report: impl Fn(&ThreadState, &Result<T, ArenaError>),
+) -> Result<T, ArenaError> {
+    let mut call = Some((f, report));
+    let done = THREAD.try_with(|t| call.take().map(|(f, report)| run_in(t, a, f, report)));
+    match (done, call) {
+        (Ok(Some(r)), _) => r,
+        (_, Some((f, report))) => run_in(&ThreadState::new(), a, f, report),
+        // The local was reachable and the call ran: `call` was taken.
+        (_, None) => Err(ArenaError::InvalidArgument {
+            reason: "this thread's state was unreachable".into(),
+        }),
+    }
+}
+
+#[inline(always)]
+fn run_in<T>(
+    t: &ThreadState,
     a: *const c_void,
     f: impl FnOnce(&Handle, &ThreadState) -> Result<T, ArenaError>,
     report: impl Fn(&ThreadState, &Result<T, ArenaError>),
@@ -223,40 +245,38 @@ fn run<T>(
     let (index, generation) = decode(a);
     let value = a.addr();
     let at = index % RECENT_HANDLES;
-    THREAD.with(|t| {
-        let mut looked_up = None;
-        let r = {
-            let recent = t.handles.try_borrow().ok();
-            let hit = recent.as_deref().and_then(|r| match &r[at] {
-                Some((v, h))
-                    if *v == value
-                        && slot(index).is_some_and(|s| s.live.load(Ordering::Acquire) == value) =>
-                {
-                    Some(h)
-                }
-                _ => None,
-            });
-            let handle: &Arc<Handle> = match hit {
-                Some(h) => h,
-                None => match look_up(a, index, generation) {
-                    Ok(h) => looked_up.insert(h),
-                    Err(e) => {
-                        let r = Err(e);
-                        report(t, &r);
-                        return r;
-                    }
-                },
-            };
-            f(handle, t)
-        };
-        if let Some(h) = looked_up {
-            if let Ok(mut recent) = t.handles.try_borrow_mut() {
-                recent[at] = Some((value, h));
+    let mut looked_up = None;
+    let r = {
+        let recent = t.handles.try_borrow().ok();
+        let hit = recent.as_deref().and_then(|r| match &r[at] {
+            Some((v, h))
+                if *v == value
+                    && slot(index).is_some_and(|s| s.live.load(Ordering::Acquire) == value) =>
+            {
+                Some(h)
             }
+            _ => None,
+        });
+        let handle: &Arc<Handle> = match hit {
+            Some(h) => h,
+            None => match look_up(a, index, generation) {
+                Ok(h) => looked_up.insert(h),
+                Err(e) => {
+                    let r = Err(e);
+                    report(t, &r);
+                    return r;
+                }
+            },
+        };
+        f(handle, t)
+    };
+    if let Some(h) = looked_up {
+        if let Ok(mut recent) = t.handles.try_borrow_mut() {
+            recent[at] = Some((value, h));
         }
-        report(t, &r);
-        r
-    })
+    }
+    report(t, &r);
+    r
 }
 
 /// The live handle `a`, from the table.

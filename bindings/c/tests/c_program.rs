@@ -210,6 +210,11 @@ fn an_unknown_simulated_events_mode_is_a_coded_error_at_create() {
 }
 
 #[test]
+fn a_free_from_a_thread_exit_destructor_frees_and_leaks_nothing() {
+    contract("a_free_from_a_thread_exit_destructor_frees");
+}
+
+#[test]
 fn a_c_program_allocates_frees_and_reads_errors_through_the_header() {
     // Issue 11, item 15: under valgrind, with nothing possibly lost in the factory registry.
     run_clean("smoke", &["host"]);

@@ -3,6 +3,7 @@
  * a write to memory the program does not own fails the test). Never touches the memory it
  * allocates, so it runs on "virtual" too. Issue 11, items 7, 14 and 15. */
 #include "cuda_arena.h"
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -348,6 +349,40 @@ static void an_unknown_simulated_events_mode_fails_the_create(void) {
   }
 }
 
+/* A free from a thread-local destructor that runs after the library's own (a pthread_key's;
+ * glibc runs them after the C++-style ones the library registers) frees: nothing leaks, and
+ * an allocation there works too. */
+static cuda_arena_allocator* in_destructor;
+static int destructor_free = -1, destructor_alloc_freed = -1;
+static void free_at_thread_exit(void* p) {
+  destructor_free = cuda_arena_free(in_destructor, p);
+  void* q = cuda_arena_alloc(in_destructor, 64);
+  destructor_alloc_freed = q != NULL ? cuda_arena_free(in_destructor, q) : -2;
+}
+static pthread_key_t exit_key;
+static void* allocate_and_leave(void* unused) {
+  (void)unused;
+  void* p = cuda_arena_alloc(in_destructor, 1000);
+  CHECK(p != NULL);
+  pthread_setspecific(exit_key, p);
+  return NULL;
+}
+static void a_free_from_a_thread_exit_destructor_frees(void) {
+  in_destructor = make("Cuda", NULL, NULL);
+  CHECK(in_destructor != NULL);
+  CHECK(pthread_key_create(&exit_key, free_at_thread_exit) == 0);
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, allocate_and_leave, NULL) == 0);
+  CHECK(pthread_join(t, NULL) == 0);
+  CHECK(destructor_free == CUDA_ARENA_OK);
+  CHECK(destructor_alloc_freed == CUDA_ARENA_OK);
+  cuda_arena_stats s;
+  CHECK(cuda_arena_get_stats(in_destructor, &s) == CUDA_ARENA_OK);
+  CHECK(s.in_use == 0 && s.num_allocs == 2);
+  pthread_key_delete(exit_key);
+  cuda_arena_destroy(in_destructor);
+}
+
 int main(int argc, char** argv) {
   if (argc != 3) {
     fprintf(stderr, "usage: contract host|virtual CASE\n");
@@ -369,6 +404,7 @@ int main(int argc, char** argv) {
        own_frees_on_a_host_stream_are_unmapped_past_the_headroom},
       {"two_streams_taking_turns_settle_without_a_reset", two_streams_taking_turns_settle_without_a_reset},
       {"an_unknown_simulated_events_mode_fails_the_create", an_unknown_simulated_events_mode_fails_the_create},
+      {"a_free_from_a_thread_exit_destructor_frees", a_free_from_a_thread_exit_destructor_frees},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     if (strcmp(cases[i].name, name) == 0) {
