@@ -247,7 +247,10 @@ int cuda_arena_stop_recording(cuda_arena_allocator* a);
  * object, {"trace", "backend", "linesSkippedCount", "runs": [{"allocator", "warnings", "ops",
  * "peakRequested", "peakHeld", "failedAllocs", "liveAtEnd", "elapsedNs", "stats": {GetStats'
  * keys}}]}, to give back with cuda_arena_string_free; NULL on failure (the last error says
- * why: an unreadable or malformed file, a bad key, an unknown backend). */
+ * why: an unreadable or malformed file, a bad key, an unknown backend). This call, the
+ * recording calls and every call but the allocations, frees and stats hold off pthread_cancel
+ * while they run: a thread cancelled meanwhile is cancelled at its next cancellation point
+ * after the call returns. */
 char* cuda_arena_replay_file(const char* path, const char* backend, const char* const* keys,
                              const char* const* values, size_t n);
 /* Gives back a string cuda_arena_replay_file returned; NULL is ignored. */

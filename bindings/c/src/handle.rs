@@ -75,6 +75,34 @@ pub(crate) fn guard<T>(on_panic: T, f: impl FnOnce() -> T) -> T {
     }
 }
 
+/// As [`guard`], with this thread's cancellation disabled for the call, for the entry points
+/// that open, read or write files or wait for a thread: a `pthread_cancel` acted on inside
+/// them would unwind through the guard, which glibc answers by aborting the process. A
+/// cancel requested meanwhile acts at the caller's next cancellation point instead.
+pub(crate) fn guard_uncancellable<T>(on_panic: T, f: impl FnOnce() -> T) -> T {
+    uncancellable(|| guard(on_panic, f))
+}
+
+// The libc crate does not bind it; glibc's and musl's values.
+extern "C" {
+    fn pthread_setcancelstate(state: c_int, oldstate: *mut c_int) -> c_int;
+}
+const PTHREAD_CANCEL_DISABLE: c_int = 1;
+
+/// Runs `f` with this thread's cancellation disabled (see [`guard_uncancellable`]).
+pub(crate) fn uncancellable<T>(f: impl FnOnce() -> T) -> T {
+    let mut old: c_int = 0;
+    // SAFETY: pthread_setcancelstate writes only the previous state, into `old`.
+    let set = unsafe { pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &mut old) };
+    let r = f();
+    if set == 0 {
+        let mut ignored: c_int = 0;
+        // SAFETY: as above; `old` is the state this call found.
+        unsafe { pthread_setcancelstate(old, &mut ignored) };
+    }
+    r
+}
+
 /// # Safety
 /// `p` is NULL or a NUL-terminated string valid for the call.
 pub(crate) unsafe fn str_arg<'a>(p: *const c_char, name: &str) -> Result<&'a str, ArenaError> {
@@ -184,7 +212,7 @@ pub unsafe extern "C" fn cuda_arena_create(
     err: *mut c_char,
     err_len: usize,
 ) -> *mut cuda_arena_allocator {
-    guard(std::ptr::null_mut(), || {
+    guard_uncancellable(std::ptr::null_mut(), || {
         set_last_warning(String::new());
         // SAFETY: forwarded from this function's contract.
         match unsafe { create(backend, memory, device_id, keys, values, n) } {
@@ -309,7 +337,7 @@ pub extern "C" fn cuda_arena_reset_stream(
     a: *mut cuda_arena_allocator,
     cu_stream: *mut c_void,
 ) -> c_int {
-    guard(CUDA_ARENA_ERR_PANIC, || {
+    guard_uncancellable(CUDA_ARENA_ERR_PANIC, || {
         code_out(with(a, |h| {
             if !cu_stream.is_null() {
                 // Dropping the last clone of the stream resets its chunks in every allocator
@@ -343,7 +371,7 @@ pub extern "C" fn cuda_arena_free(a: *mut cuda_arena_allocator, p: *mut c_void) 
 /// As `cuda_arena_alloc`.
 #[no_mangle]
 pub extern "C" fn cuda_arena_shrink(a: *mut cuda_arena_allocator) -> c_int {
-    guard(CUDA_ARENA_ERR_PANIC, || {
+    guard_uncancellable(CUDA_ARENA_ERR_PANIC, || {
         code_out(with(a, |h| h.allocator.shrink()))
     })
 }
@@ -372,7 +400,7 @@ pub unsafe extern "C" fn cuda_arena_get_stats(
 /// destroyed sets the last error to `CUDA_ARENA_ERR_RELEASED` and changes nothing.
 #[no_mangle]
 pub extern "C" fn cuda_arena_destroy(a: *mut cuda_arena_allocator) {
-    guard((), || {
+    guard_uncancellable((), || {
         if a.is_null() {
             return;
         }

@@ -4,7 +4,9 @@
 //! are values that name a table entry and are never dereferenced.
 
 use crate::codes::*;
-use crate::handle::{cuda_arena_allocator, guard, invalid, named_factory_for, str_arg, with};
+use crate::handle::{
+    cuda_arena_allocator, guard_uncancellable, invalid, named_factory_for, str_arg, with,
+};
 use cuda_arena_core::ArenaError;
 use cuda_arena_ort::ort_sys::{
     OrtAllocator, OrtApi, OrtKeyValuePairs, OrtLogger, OrtMemoryInfo, OrtStatus,
@@ -73,7 +75,7 @@ pub unsafe extern "C" fn cuda_arena_ort_allocator(
     err: *mut c_char,
     err_len: usize,
 ) -> *mut OrtAllocator {
-    guard(std::ptr::null_mut(), || {
+    guard_uncancellable(std::ptr::null_mut(), || {
         // SAFETY: forwarded.
         match unsafe { view_of(a, api, version, logger) } {
             Ok(p) => {
@@ -93,7 +95,7 @@ pub unsafe extern "C" fn cuda_arena_ort_allocator(
 /// Lets the view's user go; see the header. Never dereferences a value that is not a view.
 #[no_mangle]
 pub extern "C" fn cuda_arena_ort_allocator_release(allocator: *mut OrtAllocator) -> c_int {
-    guard(CUDA_ARENA_ERR_PANIC, || match release_kept(allocator) {
+    guard_uncancellable(CUDA_ARENA_ERR_PANIC, || match release_kept(allocator) {
         Ok(()) => {
             clear_last();
             CUDA_ARENA_OK
@@ -170,7 +172,7 @@ pub unsafe extern "C" fn cuda_arena_ort_ep_create(
     err: *mut c_char,
     err_len: usize,
 ) -> *mut cuda_arena_ort_ep {
-    guard(std::ptr::null_mut(), || {
+    guard_uncancellable(std::ptr::null_mut(), || {
         // SAFETY: forwarded.
         match unsafe { ep_create(backend, factory_name, api, version, logger) } {
             Ok(ep) => {
@@ -241,7 +243,7 @@ pub extern "C" fn cuda_arena_ort_ep_release_allocator(
     ep: *mut cuda_arena_ort_ep,
     allocator: *mut OrtAllocator,
 ) {
-    guard((), || {
+    guard_uncancellable((), || {
         match ep_of(ep).and_then(|eps| eps.release_allocator(allocator)) {
             Ok(()) => clear_last(),
             Err(e) => {
@@ -281,7 +283,7 @@ pub extern "C" fn cuda_arena_ort_ep_run_end(
 /// Destroys an EP handle. See the header.
 #[no_mangle]
 pub extern "C" fn cuda_arena_ort_ep_destroy(ep: *mut cuda_arena_ort_ep) {
-    guard((), || {
+    guard_uncancellable((), || {
         if ep.is_null() {
             return;
         }
@@ -303,13 +305,15 @@ pub extern "C" fn cuda_arena_ort_ep_destroy(ep: *mut cuda_arena_ort_ep) {
     })
 }
 
-/// As `guard`, for calls that return a status.
+/// As `guard_uncancellable`, for calls that return a status.
 fn guard_status(
     on_panic: impl FnOnce() -> *mut OrtStatus,
     f: impl FnOnce() -> *mut OrtStatus,
 ) -> *mut OrtStatus {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
-        Ok(s) => s,
-        Err(_) => on_panic(),
-    }
+    crate::handle::uncancellable(|| {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+            Ok(s) => s,
+            Err(_) => on_panic(),
+        }
+    })
 }

@@ -1,7 +1,7 @@
 //! Trace recording from C: `cuda_arena_start_recording` / `cuda_arena_stop_recording`.
 
 use crate::codes::{clear_last, fail, CUDA_ARENA_ERR_PANIC, CUDA_ARENA_OK};
-use crate::handle::{cuda_arena_allocator, guard, invalid, str_arg, with};
+use crate::handle::{cuda_arena_allocator, guard_uncancellable, invalid, str_arg, with};
 use cuda_arena_core::ArenaError;
 use std::ffi::{c_char, c_int};
 
@@ -24,7 +24,7 @@ pub unsafe extern "C" fn cuda_arena_start_recording(
     a: *mut cuda_arena_allocator,
     path: *const c_char,
 ) -> c_int {
-    guard(CUDA_ARENA_ERR_PANIC, || {
+    guard_uncancellable(CUDA_ARENA_ERR_PANIC, || {
         code_out((|| {
             // The allocator is taken out of the handle first: the file is created with no
             // handle lock held.
@@ -41,7 +41,7 @@ pub unsafe extern "C" fn cuda_arena_start_recording(
 /// reason: the file holds only what was written before.
 #[no_mangle]
 pub extern "C" fn cuda_arena_stop_recording(a: *mut cuda_arena_allocator) -> c_int {
-    guard(CUDA_ARENA_ERR_PANIC, || {
+    guard_uncancellable(CUDA_ARENA_ERR_PANIC, || {
         code_out((|| {
             let allocator = with(a, |h| Ok(h.allocator.clone()))?;
             let summary = allocator.stop_recording()?;

@@ -3,7 +3,7 @@
 //! JSON object with the command's `--json` names; `cuda_arena_string_free` gives it back.
 
 use crate::codes::{clear_last, fail};
-use crate::handle::{config_arg, guard, invalid, str_arg};
+use crate::handle::{config_arg, guard, guard_uncancellable, invalid, str_arg};
 use cuda_arena_core::devices::replay_target::replay_target;
 use cuda_arena_core::trace::replay_file::{
     replay_file, FileReplayOptions, FileReplays, NoProgress,
@@ -125,7 +125,7 @@ pub unsafe extern "C" fn cuda_arena_replay_file(
     values: *const *const c_char,
     n: usize,
 ) -> *mut c_char {
-    guard(std::ptr::null_mut(), || {
+    guard_uncancellable(std::ptr::null_mut(), || {
         // SAFETY: forwarded from this function's contract.
         match unsafe { replay(path, backend, keys, values, n) }
             .and_then(|json| CString::new(json).map_err(|_| invalid("a NUL in the report")))

@@ -15,7 +15,7 @@
 //! Nothing unwinds into torch.
 
 use crate::codes::*;
-use crate::handle::{cuda_arena_stats, guard, invalid, named_factory_for};
+use crate::handle::{cuda_arena_stats, guard, guard_uncancellable, invalid, named_factory_for};
 use cuda_arena_core::devices::env_config::describe_env_error;
 use cuda_arena_core::{env_config, ArenaConfig, ArenaError, Factory, PluggableDevice, ENV_CONF};
 use cuda_sys_bridge::BACKEND_NAMES;
@@ -239,7 +239,7 @@ pub extern "C" fn cuda_arena_torch_free(
 #[no_mangle]
 pub extern "C" fn cuda_arena_torch_init(device_count: c_int) {
     let _ = device_count;
-    guard((), || {
+    guard_uncancellable((), || {
         let _ = torch();
     })
 }
@@ -248,7 +248,7 @@ pub extern "C" fn cuda_arena_torch_init(device_count: c_int) {
 /// block uses back to the driver.
 #[no_mangle]
 pub extern "C" fn cuda_arena_torch_empty_cache() {
-    guard((), || {
+    guard_uncancellable((), || {
         let mut last = Ok(());
         for d in devices_made() {
             if let Err(e) = d.empty_cache() {
@@ -266,7 +266,7 @@ pub extern "C" fn cuda_arena_torch_empty_cache() {
 /// `device` may hold at most `fraction` (0 to 1) of its memory; see `PluggableDevice`.
 #[no_mangle]
 pub extern "C" fn cuda_arena_torch_set_memory_fraction(fraction: f64, device: c_int) {
-    guard((), || {
+    guard_uncancellable((), || {
         match self::device(device).and_then(|d| d.set_memory_fraction(fraction)) {
             Ok(()) => clear_last(),
             Err(e) => failed(
@@ -281,7 +281,7 @@ pub extern "C" fn cuda_arena_torch_set_memory_fraction(fraction: f64, device: c_
 /// `stream`; its free will wait for that stream's work.
 #[no_mangle]
 pub extern "C" fn cuda_arena_torch_record_stream(ptr: *mut c_void, stream: *mut c_void) {
-    guard((), || {
+    guard_uncancellable((), || {
         let (addr, token) = (ptr.addr() as u64, stream.addr() as u64);
         let mut err = None;
         // The block's device is not given: it is the device that knows the pointer.
@@ -317,7 +317,7 @@ pub unsafe extern "C" fn cuda_arena_torch_stats(
     device: c_int,
     out: *mut cuda_arena_stats,
 ) -> c_int {
-    guard(CUDA_ARENA_ERR_PANIC, || {
+    guard_uncancellable(CUDA_ARENA_ERR_PANIC, || {
         if out.is_null() {
             return fail(&invalid("out is NULL"));
         }

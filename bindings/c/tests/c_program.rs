@@ -215,6 +215,11 @@ fn a_free_from_a_thread_exit_destructor_frees_and_leaks_nothing() {
 }
 
 #[test]
+fn a_thread_cancelled_during_a_replay_does_not_abort_the_process() {
+    contract("a_thread_cancelled_during_a_replay_is_cancelled_outside_the_library");
+}
+
+#[test]
 fn a_c_program_allocates_frees_and_reads_errors_through_the_header() {
     // Issue 11, item 15: under valgrind, with nothing possibly lost in the factory registry.
     run_clean("smoke", &["host"]);

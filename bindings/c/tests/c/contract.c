@@ -2,11 +2,14 @@
  * Built and run by tests/c_program.rs (under valgrind there, so a leak, an invalid read or
  * a write to memory the program does not own fails the test). Never touches the memory it
  * allocates, so it runs on "virtual" too. Issue 11, items 7, 14 and 15. */
+#define _DEFAULT_SOURCE
 #include "cuda_arena.h"
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int failures = 0;
 #define CHECK(cond)                                                                            \
@@ -383,6 +386,33 @@ static void a_free_from_a_thread_exit_destructor_frees(void) {
   cuda_arena_destroy(in_destructor);
 }
 
+/* A thread cancelled (pthread_cancel) while the library reads a file is cancelled outside the
+ * library, or not at all: glibc aborted the process when the unwind met the library's guard. */
+static void* replay_until_cancelled(void* path) {
+  char* report = cuda_arena_replay_file((const char*)path, "virtual", NULL, NULL, 0);
+  cuda_arena_string_free(report);
+  return NULL;
+}
+static void a_thread_cancelled_during_a_replay_is_cancelled_outside_the_library(void) {
+  char path[] = "/tmp/cuda-arena-cancel-XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  FILE* f = fdopen(fd, "w");
+  CHECK(f != NULL);
+  for (int i = 1; i <= 40000; i++) fprintf(f, "{\"op\":\"alloc\",\"id\":%d,\"size\":%d,\"stream\":0}\n{\"op\":\"free\",\"id\":%d}\n", i, 256 * (i % 97 + 1), i);
+  fclose(f);
+  for (int delay_us = 0; delay_us <= 4000; delay_us += 1000) {
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, replay_until_cancelled, path) == 0);
+    if (delay_us > 0) usleep(delay_us);
+    CHECK(pthread_cancel(t) == 0);
+    void* result = (void*)1;
+    CHECK(pthread_join(t, &result) == 0);
+    CHECK(result == NULL || result == PTHREAD_CANCELED);
+  }
+  unlink(path);
+}
+
 int main(int argc, char** argv) {
   if (argc != 3) {
     fprintf(stderr, "usage: contract host|virtual CASE\n");
@@ -405,6 +435,8 @@ int main(int argc, char** argv) {
       {"two_streams_taking_turns_settle_without_a_reset", two_streams_taking_turns_settle_without_a_reset},
       {"an_unknown_simulated_events_mode_fails_the_create", an_unknown_simulated_events_mode_fails_the_create},
       {"a_free_from_a_thread_exit_destructor_frees", a_free_from_a_thread_exit_destructor_frees},
+      {"a_thread_cancelled_during_a_replay_is_cancelled_outside_the_library",
+       a_thread_cancelled_during_a_replay_is_cancelled_outside_the_library},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     if (strcmp(cases[i].name, name) == 0) {
