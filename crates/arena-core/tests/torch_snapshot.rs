@@ -7,7 +7,7 @@
 
 use cuda_arena_core::trace::torch_snapshot::{
     decode_snapshot, looks_like_pickle, read_snapshot, read_snapshot_from, SnapshotError,
-    SnapshotReport, MAX_OPEN_MARKS, MAX_PENDING_VALUES, MAX_SNAPSHOT_BYTES,
+    SnapshotReport, MAX_OPEN_MARKS, MAX_PENDING_VALUES, MAX_SNAPSHOT_BYTES, MAX_SNAPSHOT_DEVICES,
 };
 use cuda_arena_core::trace::{replay_observed, TraceOp, TraceStreams, MAX_TRACE_STREAMS};
 use cuda_arena_core::{AddressSpaceAllocator, Arena, ArenaConfig};
@@ -556,6 +556,24 @@ fn values_nested_a_million_deep_read_without_overflowing_the_stack() {
     p.push(b'.');
     let why = not_a_snapshot(&p);
     assert!(why.contains("holds a list or tuple"), "{why}");
+}
+
+#[test]
+fn device_traces_past_the_most_devices_are_not_a_snapshot() {
+    // 140 million empty lists made Node abort on the per-device array; each was kept too.
+    let devices = MAX_SNAPSHOT_DEVICES as usize;
+    let why = match read(&snapshot(vec![Vec::new(); devices + 1])) {
+        Err(SnapshotError::NotASnapshot(why)) => why,
+        other => panic!("expected NotASnapshot, got {other:?}"),
+    };
+    assert!(
+        why.contains(&format!("more than {devices} devices")),
+        "{why}"
+    );
+    let mut at_the_bound = vec![Vec::new(); devices];
+    at_the_bound[devices - 1] = vec![event("alloc", 4096, 512, 0)];
+    let (ops, _) = read(&snapshot(at_the_bound)).expect("as many devices as the bound");
+    assert_eq!(ops.len(), 2);
 }
 
 #[test]

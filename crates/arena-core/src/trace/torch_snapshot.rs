@@ -42,6 +42,7 @@ use std::collections::HashMap;
 use std::fmt;
 
 pub use machine::{MAX_OPEN_MARKS, MAX_PENDING_VALUES};
+pub use values::MAX_SNAPSHOT_DEVICES;
 
 /// The largest snapshot read, in bytes: what PyTorch writes for a long history with stack
 /// traces is well below it.

@@ -144,6 +144,8 @@ pub(super) enum EventWrong {
 pub(super) enum TraceWrong {
     NotAList(&'static str),
     Event(u64, EventWrong),
+    /// The list has more elements than a snapshot has devices.
+    PastTheDevices,
 }
 
 /// Why a value is not `device_traces`.
@@ -182,6 +184,9 @@ impl TracesWrong {
             TracesWrong::Device(d, TraceWrong::Event(i, e)) => {
                 e.message(&format!("device_traces[{d}][{i}]"))
             }
+            TracesWrong::Device(d, TraceWrong::PastTheDevices) => format!(
+                "\"device_traces\" holds more than {MAX_SNAPSHOT_DEVICES} devices (device_traces[{d}])"
+            ),
         }
     }
 }
@@ -195,6 +200,9 @@ pub(super) struct Seq {
     traces: Result<Vec<Vec<SnapshotEvent>>, (u64, TraceWrong)>,
     len: u64,
 }
+
+/// The most devices a snapshot's `device_traces` lists: more than any machine has.
+pub const MAX_SNAPSHOT_DEVICES: u64 = 1024;
 
 /// What lists share while a pickle is read: how many more events may be kept.
 pub(super) struct Budget {
@@ -249,6 +257,12 @@ impl Seq {
             }
         }
         if let Ok(traces) = &mut self.traces {
+            // A list past the devices a process has is no `device_traces`: stop keeping its
+            // elements (a pickle of millions of lists would hold them all, and report them).
+            if i >= MAX_SNAPSHOT_DEVICES {
+                self.traces = Err((i, TraceWrong::PastTheDevices));
+                return Ok(());
+            }
             match v.into_trace() {
                 Ok(t) => {
                     room(traces)?;
