@@ -6,7 +6,9 @@
 //! handle, destroyed twice or used after its destroy, is `ERR_ARENA_RELEASED` and never a
 //! read of freed memory. A slot's generation only grows, and a slot whose generation is
 //! spent is never used again, so no value is ever handed out twice in a process: a dead
-//! handle cannot come back to life as someone else's allocator.
+//! handle cannot come back to life as someone else's allocator. Generations start at a random
+//! point per copy of the library, so a handle of another copy loaded in the same process is
+//! not one of this copy's either.
 //!
 //! Slots live in segments that are allocated on demand and never freed or moved (each twice
 //! the size of the one before), so a slot can be read without a table-wide lock. We write this
@@ -136,6 +138,20 @@ fn released() -> ArenaError {
     }
 }
 
+/// The generation a slot's first handle follows in this copy of the library: random, below
+/// 2^42 (a slot still has over 2^43 generations left), so that two copies loaded in one
+/// process (each with its own table) hand out different values, and a handle of one is no
+/// handle of the other.
+fn first_generation() -> usize {
+    use std::hash::{BuildHasher, Hasher};
+    static FIRST: OnceLock<usize> = OnceLock::new();
+    *FIRST.get_or_init(|| {
+        // std seeds each RandomState from the system's random source.
+        let random = std::hash::RandomState::new().build_hasher().finish();
+        (random & ((1 << 42) - 1)) as usize
+    })
+}
+
 /// Why the handle `a` with `generation` is not live in a slot that holds `state`.
 fn dead(a: *const c_void, generation: usize, state: &SlotState) -> ArenaError {
     if a.is_null() {
@@ -181,7 +197,7 @@ pub(crate) fn insert(handle: Handle) -> Result<*mut c_void, (ArenaError, Handle)
     };
     let mut state = slot.state.write();
     // A slot is on the free list only while empty and with generations left.
-    state.generation += 1;
+    state.generation = state.generation.max(first_generation()) + 1;
     state.handle = Some(Arc::new(handle));
     let value = encode(index, state.generation);
     slot.live.store(value.addr(), Ordering::Release);

@@ -220,6 +220,24 @@ fn a_thread_cancelled_during_a_replay_does_not_abort_the_process() {
 }
 
 #[test]
+fn a_handle_of_another_copy_of_the_library_in_the_process_is_refused() {
+    let copy = std::env::temp_dir().join(format!("cuda-arena-copy-{}.so", std::process::id()));
+    std::fs::copy(lib_dir().join("libcuda_arena.so"), &copy).expect("copy the library");
+    let path = copy.display().to_string();
+    for backend in ["host", "virtual"] {
+        run_clean_with(
+            "contract",
+            &[
+                backend,
+                "a_handle_of_another_copy_of_the_library_is_no_handle",
+            ],
+            &[("CUDA_ARENA_LIB_COPY", path.as_str())],
+        );
+    }
+    let _ = std::fs::remove_file(&copy);
+}
+
+#[test]
 fn a_c_program_allocates_frees_and_reads_errors_through_the_header() {
     // Issue 11, item 15: under valgrind, with nothing possibly lost in the factory registry.
     run_clean("smoke", &["host"]);

@@ -4,6 +4,7 @@
  * allocates, so it runs on "virtual" too. Issue 11, items 7, 14 and 15. */
 #define _DEFAULT_SOURCE
 #include "cuda_arena.h"
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -413,6 +414,35 @@ static void a_thread_cancelled_during_a_replay_is_cancelled_outside_the_library(
   unlink(path);
 }
 
+/* A second copy of the library in the process (CUDA_ARENA_LIB_COPY, loaded RTLD_LOCAL, as two
+ * packages each shipping it would be) hands out other values, and refuses this copy's. */
+static void a_handle_of_another_copy_of_the_library_is_no_handle(void) {
+  const char* path = getenv("CUDA_ARENA_LIB_COPY");
+  CHECK(path != NULL);
+  if (path == NULL) return;
+  void* copy = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  CHECK(copy != NULL);
+  if (copy == NULL) return;
+  typedef cuda_arena_allocator* (*create_fn)(const char*, const char*, int, const char* const*,
+                                             const char* const*, size_t, char*, size_t);
+  typedef void* (*alloc_fn)(cuda_arena_allocator*, size_t);
+  typedef void (*destroy_fn)(cuda_arena_allocator*);
+  create_fn other_create = (create_fn)dlsym(copy, "cuda_arena_create");
+  alloc_fn other_alloc = (alloc_fn)dlsym(copy, "cuda_arena_alloc");
+  destroy_fn other_destroy = (destroy_fn)dlsym(copy, "cuda_arena_destroy");
+  CHECK(other_create && other_alloc && other_destroy);
+  if (!(other_create && other_alloc && other_destroy)) return;
+  cuda_arena_allocator* mine = make("Cuda", NULL, NULL);
+  char err[256];
+  cuda_arena_allocator* theirs = other_create(backend, "Cuda", 0, NULL, NULL, 0, err, sizeof err);
+  CHECK(mine != NULL && theirs != NULL && mine != theirs);
+  CHECK(cuda_arena_alloc(theirs, 4096) == NULL);
+  CHECK(cuda_arena_last_error_code() != CUDA_ARENA_OK);
+  CHECK(other_alloc(mine, 4096) == NULL);
+  other_destroy(theirs);
+  cuda_arena_destroy(mine);
+}
+
 int main(int argc, char** argv) {
   if (argc != 3) {
     fprintf(stderr, "usage: contract host|virtual CASE\n");
@@ -435,6 +465,7 @@ int main(int argc, char** argv) {
       {"two_streams_taking_turns_settle_without_a_reset", two_streams_taking_turns_settle_without_a_reset},
       {"an_unknown_simulated_events_mode_fails_the_create", an_unknown_simulated_events_mode_fails_the_create},
       {"a_free_from_a_thread_exit_destructor_frees", a_free_from_a_thread_exit_destructor_frees},
+      {"a_handle_of_another_copy_of_the_library_is_no_handle", a_handle_of_another_copy_of_the_library_is_no_handle},
       {"a_thread_cancelled_during_a_replay_is_cancelled_outside_the_library",
        a_thread_cancelled_during_a_replay_is_cancelled_outside_the_library},
   };
