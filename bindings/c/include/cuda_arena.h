@@ -163,7 +163,11 @@ cuda_arena_ort_ep* cuda_arena_ort_ep_create(const char* backend, const char* fac
  * a warning naming the differing keys goes to the logger and to cuda_arena_last_warning.
  * replace != 0: a new shared allocator is made; the old one lives until its users release it.
  * Returns NULL (success, *out set) or an OrtStatus made with the host's CreateStatus (*out
- * NULL; the message starts with the error code, e.g. ERR_ARENA_INVALID_CONFIG). */
+ * NULL; the message starts with the error code, e.g. ERR_ARENA_INVALID_CONFIG). A status needs
+ * an OrtApi: where the library was never given one (ep is NULL or not a handle, and no
+ * cuda_arena_ort_ep_create or cuda_arena_ort_allocator call succeeded), none can be made, so
+ * NULL comes back with *out NULL and the last error set: a NULL *out is a failure. The same
+ * holds for cuda_arena_ort_ep_run_end. */
 OrtStatus* cuda_arena_ort_ep_create_allocator(cuda_arena_ort_ep* ep, const OrtMemoryInfo* memory_info,
                                               const OrtKeyValuePairs* options, int replace,
                                               OrtAllocator** out);

@@ -190,6 +190,8 @@ pub unsafe extern "C" fn cuda_arena_ort_ep_create(
 }
 
 /// The status for `e` from the EP's host, or any host seen; records `e` as the last error.
+/// With no host ever seen no status can be made: NULL, which the header tells callers to read
+/// with `*out` (NULL there is a failure).
 fn status_for(ep: Option<&EpAllocators>, e: &ArenaError) -> *mut OrtStatus {
     fail(e);
     match ep.map(|ep| ep.host()).or_else(|| ANY_HOST.get().copied()) {
