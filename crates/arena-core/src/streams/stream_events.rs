@@ -243,12 +243,13 @@ impl FreeEvents {
     /// own). A stream still freeing, or whose thread is only paused, is only polled: an event
     /// recorded for every other stream's miss cost 33 us per allocation with 16 threads (see
     /// [`FreeEvents::cover_in_use`]), and one recorded for a paused thread's stream hands its
-    /// memory to the others until it runs again. Returns whether more marks are now known
-    /// complete.
-    pub fn advance_if_stalled(&self) -> bool {
+    /// memory to the others until it runs again. `even_a_threads_latest`: cover a stream that
+    /// stopped freeing even while it is a live thread's latest (the caller would otherwise map
+    /// memory past what churn may reach). Returns whether more marks are now known complete.
+    pub fn advance_if_stalled(&self, even_a_threads_latest: bool) -> bool {
         let marked = self.marked.load(Ordering::Acquire);
         if marked > self.recorded.load(Ordering::Acquire)
-            && !self.is_a_threads_latest()
+            && (even_a_threads_latest || !self.is_a_threads_latest())
             && self.seen_marked.swap(marked, Ordering::AcqRel) == marked
         {
             return self.advance();
@@ -660,9 +661,12 @@ mod tests {
         let sim = SimEvents::immediate();
         let f = tracker(&sim, 7);
         let m = f.mark();
-        assert!(!f.advance_if_stalled(), "the first look only polls");
+        assert!(!f.advance_if_stalled(false), "the first look only polls");
         assert!(!f.is_complete(m));
-        assert!(f.advance_if_stalled(), "no free since: covered, and done");
+        assert!(
+            f.advance_if_stalled(false),
+            "no free since: covered, and done"
+        );
         assert!(f.is_complete(m));
     }
 
@@ -672,10 +676,33 @@ mod tests {
         let f = tracker(&sim, 7);
         for _ in 0..3 {
             f.mark();
-            assert!(!f.advance_if_stalled(), "a free came since the last look");
+            assert!(
+                !f.advance_if_stalled(false),
+                "a free came since the last look"
+            );
         }
         assert_eq!(f.pending(), 0);
         assert!(f.has_incomplete());
+    }
+
+    #[test]
+    fn a_live_threads_latest_stream_is_covered_only_when_asked_to_be() {
+        let sim = SimEvents::immediate();
+        let f = tracker(&sim, 7);
+        f.threads_on().fetch_add(1, Ordering::AcqRel);
+        let m = f.mark();
+        assert!(!f.advance_if_stalled(false));
+        assert!(
+            !f.advance_if_stalled(false),
+            "its thread may only be paused"
+        );
+        assert!(!f.is_complete(m));
+        assert!(
+            !f.advance_if_stalled(true),
+            "past the ceiling, the first look polls"
+        );
+        assert!(f.advance_if_stalled(true), "and the second covers it too");
+        assert!(f.is_complete(m));
     }
 
     #[test]
@@ -684,8 +711,8 @@ mod tests {
         let f = tracker(&sim, 7);
         f.set_host_may_destroy();
         f.mark();
-        f.advance_if_stalled();
-        assert!(!f.advance_if_stalled());
+        f.advance_if_stalled(false);
+        assert!(!f.advance_if_stalled(false));
         assert!(f.has_incomplete(), "only its own calls record");
     }
 
