@@ -827,8 +827,9 @@ fn past_the_headroom_the_quiet_stream_of_a_waiting_thread_is_only_polled() {
     assert_eq!(misses_past_the_headroom_beside_a_quiet_stream(true, 16), 0);
 }
 
-/// Past the churn ceiling the waiting thread's quiet stream is recorded for too: K sessions on
-/// K long-lived threads whose peaks take turns otherwise hold the sum of their peaks.
+/// Past the churn ceiling, with more free memory beside it than all churn may add, the waiting
+/// thread's quiet stream is recorded for too: K sessions on K long-lived threads whose peaks
+/// take turns otherwise hold the sum of their peaks.
 #[test]
 fn past_the_churn_ceiling_the_quiet_stream_of_a_waiting_thread_is_recorded_for() {
     assert!(misses_past_the_headroom_beside_a_quiet_stream(true, 64) >= 1);

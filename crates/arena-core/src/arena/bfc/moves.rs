@@ -142,6 +142,29 @@ impl<R: RawAllocator, S: Source> Core<R, S> {
         self.hosted_waiting_in_subs(consumer, true)
     }
 
+    /// The host streams other than `consumer` with frees not all known complete in the
+    /// sub-arenas of `free_there` (index, free mapped bytes) whose free bytes pass `bytes`
+    /// (each stream once; a sub-arena whose lock is taken now is passed over).
+    pub(super) fn hosted_waiting_where_free_passes(
+        &self,
+        free_there: &[(usize, u64)],
+        bytes: u64,
+        consumer: StreamId,
+    ) -> Vec<Arc<FreeEvents>> {
+        let mut all: Vec<Arc<FreeEvents>> = Vec::new();
+        for &(t, _) in free_there.iter().filter(|&&(_, free)| free > bytes) {
+            let Some(st) = self.subs.get(t).and_then(|sub| sub.try_lock()) else {
+                continue;
+            };
+            for f in st.hosted_waiting(consumer) {
+                if !all.iter().any(|g| Arc::ptr_eq(g, &f)) {
+                    all.push(f);
+                }
+            }
+        }
+        all
+    }
+
     /// As [`State::hosted_holding_back`], from the other sub-arenas (`me`'s own is skipped)
     /// when every one of them is idle (nothing in use, its lock free now): the streams whose
     /// incomplete frees hold back a free chunk that would serve `rounded` bytes there. Empty

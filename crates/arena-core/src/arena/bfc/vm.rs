@@ -354,6 +354,11 @@ impl<S: Source> State<S> {
         self.chunk_bytes_in_use().saturating_sub(self.dead_bytes)
     }
 
+    /// Mapped bytes here that no chunk in use covers.
+    pub(super) fn vm_free_mapped(&self) -> u64 {
+        self.held().saturating_sub(self.stats.in_use)
+    }
+
     /// Whether no chunk is in use here but by other threads than this sub-arena's.
     pub(super) fn vm_idle(&self) -> bool {
         self.chunk_bytes_in_use() == self.foreign_in_use
