@@ -646,20 +646,24 @@ fn mixed_pieces(total: u64, mut seed: u64) -> Vec<u64> {
 }
 
 /// K sessions, each on a long-lived thread and a stream of its own whose work is done at once,
-/// never reset (PyTorch's threads; ORT without run ends): in each phase one session peaks at
-/// 1 GiB while the others stay busy with 64 MiB, then each frees on its own thread. The
-/// arena holds about what it holds with no streams at all (1.30x the live peak: the churn
-/// ceiling), not the sum of the sessions' peaks (3.66x at K = 4 with 2 GiB peaks, when a live
-/// thread's latest stream was never recorded for).
-#[test]
-fn k_sessions_on_long_lived_threads_whose_peaks_take_turns_hold_the_peak_not_their_sum() {
+/// never reset: in each phase one session peaks at 1 GiB while the others stay busy with 64
+/// MiB, then each frees on its own thread. Returns the most held ÷ the live peak so far.
+/// `host_may_destroy`: streams only their own calls record on (ONNX Runtime's), else streams
+/// any miss may cover (PyTorch's threads).
+fn k_sessions_on_long_lived_threads_whose_peaks_take_turns(host_may_destroy: bool) -> f64 {
     const K: usize = 4;
     let a = Arc::new(virtual_vm_arena(&[]));
     let sim = SimEvents::immediate();
     let events: Arc<dyn StreamEvents> = sim.clone();
     let host = ForeignStreams::with_events(Some(events));
     let streams: Vec<Stream> = (0..K as u64)
-        .map(|i| host.get(0x5000 + i).expect("stream"))
+        .map(|i| {
+            let st = host.get(0x5000 + i).expect("stream");
+            if host_may_destroy {
+                st.free_events().expect("events").set_host_may_destroy();
+            }
+            st
+        })
         .collect();
     let pool: Vec<Worker> = (0..K).map(|_| Worker::new()).collect();
     let (mut peak_live, mut worst) = (0u64, 0f64);
@@ -683,5 +687,22 @@ fn k_sessions_on_long_lived_threads_whose_peaks_take_turns_hold_the_peak_not_the
         }
     }
     a.check_invariants().expect("invariants");
+    worst
+}
+
+/// PyTorch's threads: the arena holds about what it holds with no streams at all (1.30x the
+/// live peak: the churn ceiling), not the sum of the sessions' peaks (3.66x at K = 4 when a
+/// live thread's latest stream was never recorded for).
+#[test]
+fn k_sessions_on_long_lived_threads_whose_peaks_take_turns_hold_the_peak_not_their_sum() {
+    let worst = k_sessions_on_long_lived_threads_whose_peaks_take_turns(false);
+    assert!(worst <= 1.35, "held {worst:.3}x the live peak");
+}
+
+/// ONNX Runtime's sessions, whose streams no other call records on: the device is waited for
+/// once past the headroom instead (1.12x).
+#[test]
+fn k_ort_sessions_on_long_lived_threads_whose_peaks_take_turns_hold_the_peak_not_their_sum() {
+    let worst = k_sessions_on_long_lived_threads_whose_peaks_take_turns(true);
     assert!(worst <= 1.35, "held {worst:.3}x the live peak");
 }
