@@ -645,18 +645,22 @@ fn mixed_pieces(total: u64, mut seed: u64) -> Vec<u64> {
     v
 }
 
-/// K sessions, each on a long-lived thread and a stream of its own whose work is done at once,
-/// never reset: in each phase one session peaks at 1 GiB while the others stay busy with 64
-/// MiB, then each frees on its own thread. Returns the most held ÷ the live peak so far.
-/// `host_may_destroy`: streams only their own calls record on (ONNX Runtime's), else streams
-/// any miss may cover (PyTorch's threads).
-fn k_sessions_on_long_lived_threads_whose_peaks_take_turns(host_may_destroy: bool) -> f64 {
-    const K: usize = 4;
+/// `k` sessions, each on a long-lived thread and a stream of its own whose work is done at
+/// once, never reset: in each phase one session peaks at `peak` bytes while the others stay
+/// busy with `busy` bytes each, then each frees on its own thread. Returns the most held ÷ the
+/// live peak so far. `host_may_destroy`: streams only their own calls record on (ONNX
+/// Runtime's), else streams any miss may cover (PyTorch's threads).
+fn k_sessions_on_long_lived_threads_whose_peaks_take_turns(
+    host_may_destroy: bool,
+    k: usize,
+    peak: u64,
+    busy: u64,
+) -> f64 {
     let a = Arc::new(virtual_vm_arena(&[]));
     let sim = SimEvents::immediate();
     let events: Arc<dyn StreamEvents> = sim.clone();
     let host = ForeignStreams::with_events(Some(events));
-    let streams: Vec<Stream> = (0..K as u64)
+    let streams: Vec<Stream> = (0..k as u64)
         .map(|i| {
             let st = host.get(0x5000 + i).expect("stream");
             if host_may_destroy {
@@ -665,13 +669,13 @@ fn k_sessions_on_long_lived_threads_whose_peaks_take_turns(host_may_destroy: boo
             st
         })
         .collect();
-    let pool: Vec<Worker> = (0..K).map(|_| Worker::new()).collect();
+    let pool: Vec<Worker> = (0..k).map(|_| Worker::new()).collect();
     let (mut peak_live, mut worst) = (0u64, 0f64);
-    for phase in 0..3 * K {
+    for phase in 0..3 * k {
         let mut live = Vec::new();
         let mut live_now = 0;
         for (i, s) in streams.iter().enumerate() {
-            let total = if i == phase % K { GIB } else { 64 * MIB };
+            let total = if i == phase % k { peak } else { busy };
             let sizes = mixed_pieces(total, 77 + 13 * phase as u64 + i as u64);
             live_now += live_bytes(&sizes);
             let (a, s) = (a.clone(), s.clone());
@@ -690,19 +694,31 @@ fn k_sessions_on_long_lived_threads_whose_peaks_take_turns(host_may_destroy: boo
     worst
 }
 
-/// PyTorch's threads: the arena holds about what it holds with no streams at all (1.30x the
-/// live peak: the churn ceiling), not the sum of the sessions' peaks (3.66x at K = 4 when a
-/// live thread's latest stream was never recorded for).
+/// PyTorch's threads: the arena holds about what it holds with no streams at all (1.31x the
+/// live peak, the churn ceiling; 1.306x here), not the sum of the sessions' peaks (3.39x
+/// when a live thread's latest stream was never recorded for).
 #[test]
 fn k_sessions_on_long_lived_threads_whose_peaks_take_turns_hold_the_peak_not_their_sum() {
-    let worst = k_sessions_on_long_lived_threads_whose_peaks_take_turns(false);
+    let worst = k_sessions_on_long_lived_threads_whose_peaks_take_turns(false, 4, GIB, 64 * MIB);
     assert!(worst <= 1.35, "held {worst:.3}x the live peak");
+}
+
+/// Many sessions, each peak a few times the others' working sets: what stopped freeing is left
+/// uncovered past the ceiling only up to all that churn may add in total (1.3x + 0.3x, and a
+/// page per thread: 1.68x here, 1.34x with no streams), not up to that per thread (5.03x with
+/// a rule that covered only a sub-arena holding more free memory than that alone; 5.66x when
+/// a live thread's latest stream was never recorded for).
+#[test]
+fn many_sessions_whose_peaks_take_turns_hold_at_most_the_churn_past_the_ceiling() {
+    let worst =
+        k_sessions_on_long_lived_threads_whose_peaks_take_turns(false, 16, 256 * MIB, 32 * MIB);
+    assert!(worst <= 1.75, "held {worst:.3}x the live peak");
 }
 
 /// ONNX Runtime's sessions, whose streams no other call records on: the device is waited for
 /// once past the headroom instead (1.12x).
 #[test]
 fn k_ort_sessions_on_long_lived_threads_whose_peaks_take_turns_hold_the_peak_not_their_sum() {
-    let worst = k_sessions_on_long_lived_threads_whose_peaks_take_turns(true);
+    let worst = k_sessions_on_long_lived_threads_whose_peaks_take_turns(true, 4, GIB, 64 * MIB);
     assert!(worst <= 1.35, "held {worst:.3}x the live peak");
 }

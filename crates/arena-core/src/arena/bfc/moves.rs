@@ -143,16 +143,14 @@ impl<R: RawAllocator, S: Source> Core<R, S> {
     }
 
     /// The host streams other than `consumer` with frees not all known complete in the
-    /// sub-arenas of `free_there` (index, free mapped bytes) whose free bytes pass `bytes`
-    /// (each stream once; a sub-arena whose lock is taken now is passed over).
-    pub(super) fn hosted_waiting_where_free_passes(
+    /// sub-arenas `subs` (each stream once; a sub-arena whose lock is taken now is passed over).
+    pub(super) fn hosted_waiting_in(
         &self,
-        free_there: &[(usize, u64)],
-        bytes: u64,
+        subs: &[usize],
         consumer: StreamId,
     ) -> Vec<Arc<FreeEvents>> {
         let mut all: Vec<Arc<FreeEvents>> = Vec::new();
-        for &(t, _) in free_there.iter().filter(|&&(_, free)| free > bytes) {
+        for &t in subs {
             let Some(st) = self.subs.get(t).and_then(|sub| sub.try_lock()) else {
                 continue;
             };

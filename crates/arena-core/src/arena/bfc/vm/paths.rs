@@ -173,11 +173,25 @@ impl<R: RawAllocator, S: Source> Core<R, S> {
             }
             if !waiting.is_empty() {
                 let bulky = if self.subs.held().saturating_add(need) > ceiling {
-                    // All churn may add, with a partly used page per busy sub-arena.
-                    let churn = ceiling.saturating_sub(peak);
-                    let mut bulky =
-                        self.hosted_waiting_where_free_passes(&free_there, churn, consumer);
-                    if st.vm_free_mapped() > churn {
+                    // Free memory a paused thread may come back to is left it only up to all
+                    // that churn may add (with a partly used page per busy sub-arena), in
+                    // total: the sub-arenas with the most free memory are covered first.
+                    let mut free = free_there;
+                    free.push((me, st.vm_free_mapped()));
+                    free.sort_unstable_by_key(|&(_, f)| std::cmp::Reverse(f));
+                    let allowed = ceiling.saturating_sub(peak);
+                    let mut left: u64 = free.iter().map(|&(_, f)| f).sum();
+                    let mut there = Vec::new();
+                    for &(t, f) in &free {
+                        if left <= allowed {
+                            break;
+                        }
+                        left -= f;
+                        there.push(t);
+                    }
+                    let mine = there.iter().position(|&t| t == me).map(|i| there.remove(i));
+                    let mut bulky = self.hosted_waiting_in(&there, consumer);
+                    if mine.is_some() {
                         bulky.extend(st.hosted_waiting(consumer));
                     }
                     bulky
@@ -200,13 +214,13 @@ impl<R: RawAllocator, S: Source> Core<R, S> {
                         // A query, and a record only for a stream that stopped freeing: its
                         // frees hold back nothing that fits alone, but once done they merge
                         // with what is free beside them. Not for a live thread's latest
-                        // stream (it may only be paused), unless past the ceiling in a
-                        // sub-arena with more free than all churn may add: K sessions on K
-                        // long-lived threads whose peaks take turns held the sum of their
-                        // peaks (3.66x the live peak at K = 4), each peak's frees never
-                        // covered while its thread lived on; a thread the OS paused holds
-                        // less, and covering it too passed memory back and forth (eight
-                        // threads on two cores, mixed: 0.94x one thread against 1.55x).
+                        // stream (it may only be paused), unless past the ceiling and among
+                        // the sub-arenas above (`bulky`): K sessions on K long-lived threads
+                        // whose peaks take turns held the sum of their peaks (3.39x the live
+                        // peak at K = 4), each peak's frees never covered while its thread
+                        // lived on; covering every such stream past the ceiling passed
+                        // paused threads' memory back and forth (eight threads on two cores,
+                        // mixed: 0.94x one thread against 1.55x).
                         f.advance_if_stalled(bulky.iter().any(|b| Arc::ptr_eq(b, &f)));
                     }
                 }
