@@ -23,22 +23,26 @@ import sys
 SCALING = 8
 
 
+def json_lines(path):
+    """The JSON objects of a JSON-lines file (other lines, such as logs, passed over)."""
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line.startswith("{"):
+                yield json.loads(line)
+
+
 def load(path):
     """One row per (trace, allocator, threads): where a run was repeated in several processes
     (labels "r1 new", "r2 new", ...), the run of the median throughput, with every repeat's
     ns/op kept in "repeats_ns" (one process can be 20% off another on the same machine)."""
     runs = {}
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if not line.startswith("{"):
-                continue
-            r = json.loads(line)
-            label = r.get("label", "")
-            if label == "smoke":
-                continue
-            name = label.split(" ", 1)[1] if label.startswith("r") and " " in label else label
-            runs.setdefault((r["trace"], name, r["threads"]), []).append(r)
+    for r in json_lines(path):
+        label = r.get("label", "")
+        if label == "smoke":
+            continue
+        name = label.split(" ", 1)[1] if label.startswith("r") and " " in label else label
+        runs.setdefault((r["trace"], name, r["threads"]), []).append(r)
     rows = {}
     for k, rs in runs.items():
         rs = sorted(rs, key=lambda r: r["agg_mops_median"])
@@ -53,15 +57,10 @@ def load_pairs(path):
     out = {}
     if not path:
         return out
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if not line.startswith("{"):
-                continue
-            r = json.loads(line)
-            med = {r["label_a"]: r["median_a"], r["label_b"]: r["median_b"]}
-            if "new" in med and "today" in med and med["today"] > 0:
-                out.setdefault(r["trace"], []).append(med["new"] / med["today"])
+    for r in json_lines(path):
+        med = {r["label_a"]: r["median_a"], r["label_b"]: r["median_b"]}
+        if "new" in med and "today" in med and med["today"] > 0:
+            out.setdefault(r["trace"], []).append(med["new"] / med["today"])
     return out
 
 
