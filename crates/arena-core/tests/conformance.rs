@@ -334,12 +334,7 @@ fn a_copy_succeeds_exactly_where_its_range_lies_in_one_live_allocation() {
     for s in subjects().into_iter().filter(|s| s.has_memory) {
         let a = &*s.allocator;
         let mut x = 0x9E37_79B9_7F4A_7C15_u64;
-        let mut next = move |n: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % n.max(1)
-        };
+        let mut next = move |n: u64| xorshift(&mut x) % n.max(1);
         // (address, requested bytes) of the live allocations and of the freed ones.
         let mut live: Vec<(u64, u64)> = Vec::new();
         let mut dead: Vec<(u64, u64)> = Vec::new();

@@ -83,12 +83,7 @@ impl World {
 fn run(seed: u64, ops: usize) -> (u64, u64) {
     let mut w = World::new(seed);
     let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let mut next = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
+    let mut next = move || xorshift(&mut x);
     // (address, size, stream or None, thread)
     let mut live: Vec<(u64, u64, Option<usize>)> = Vec::new();
     let mut freed: Vec<Freed> = Vec::new();

@@ -284,12 +284,7 @@ fn requests_in_flight_keeping(
     for i in 0..requests {
         let s = streams.get(handle(i)).expect("a new stream is served");
         let request: Vec<u64> = (0..3)
-            .map(|_| {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                (1 + seed % 32) * 64 * KIB
-            })
+            .map(|_| (1 + xorshift(&mut seed) % 32) * 64 * KIB)
             .collect();
         for &size in &request {
             window += size;

@@ -412,10 +412,7 @@ fn k_sessions_on(mode: Mode, end: RunEnd, k: usize, rounds: usize, shared: bool)
     for round in 0..rounds {
         let mut live = Vec::new();
         for (s, stream) in sessions.iter().enumerate() {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let batch = 1 + x % 16;
+            let batch = 1 + xorshift(&mut x) % 16;
             let sizes: Vec<u64> = base.iter().take(60).map(|&b| b * batch).collect();
             let (a2, st) = (a.clone(), stream.clone());
             let addrs = pool[(s + round) % k].run(move || {
@@ -635,10 +632,9 @@ fn mixed_pieces(total: u64, mut seed: u64) -> Vec<u64> {
     let mut v = Vec::new();
     let mut t = 0;
     while t < total {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        let n = (256u64 << (seed % 19)).min(total - t).max(256);
+        let n = (256u64 << (xorshift(&mut seed) % 19))
+            .min(total - t)
+            .max(256);
         t += n;
         v.push(n);
     }

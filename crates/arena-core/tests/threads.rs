@@ -416,9 +416,7 @@ fn many_threads_on_their_own_streams_leave_exact_stats_at_every_quiescent_point(
                 let mut live: Vec<(u64, u64)> = Vec::new();
                 for round in 0..5 {
                     for _ in 0..3000 {
-                        x ^= x << 13;
-                        x ^= x >> 7;
-                        x ^= x << 17;
+                        xorshift(&mut x);
                         if live.len() < 200 && !x.is_multiple_of(3) {
                             let size = 1 + x % (256 * KIB);
                             let p = a.alloc_on_stream(size, &s).expect("fits").expect("addr");

@@ -137,18 +137,20 @@ impl Drop for Worker {
     }
 }
 
+/// The next value of the xorshift64 generator whose state is `x` (seeded tests' sizes and
+/// choices; `x` must not be 0).
+pub fn xorshift(x: &mut u64) -> u64 {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    *x
+}
+
 /// One request's working set for pool-thread tests: 300 allocations of 256 B to 1 MiB from a
 /// seeded generator, the same for every turn (a model's shapes repeat).
 pub fn pool_working_set() -> Vec<u64> {
     let mut x = 0x2545_f491_4f6c_dd1du64;
-    (0..300)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            256 << (x % 13)
-        })
-        .collect()
+    (0..300).map(|_| 256 << (xorshift(&mut x) % 13)).collect()
 }
 
 /// A pool thread's turn: allocate the working set, then free it.

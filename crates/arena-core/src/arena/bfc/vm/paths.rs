@@ -189,9 +189,10 @@ impl<R: RawAllocator, S: Source> Core<R, S> {
                         left -= f;
                         there.push(t);
                     }
-                    let mine = there.iter().position(|&t| t == me).map(|i| there.remove(i));
+                    let mine = there.contains(&me);
+                    there.retain(|&t| t != me);
                     let mut bulky = self.hosted_waiting_in(&there, consumer);
-                    if mine.is_some() {
+                    if mine {
                         bulky.extend(st.hosted_waiting(consumer));
                     }
                     bulky
