@@ -317,13 +317,10 @@ pub extern "C" fn cuda_arena_alloc_on_stream(
                 return Ok(None);
             }
             let token = cu_stream.addr() as u64;
-            let (stream, made) = h.streams.get_or_make_cached(token, &t.streams)?;
-            let r = h.allocator.alloc_on_stream(size as u64, &stream);
-            if r.is_err() && made {
-                // A failed call changes nothing: the token it made is not remembered.
-                drop(h.streams.forget_made(token, &stream));
-            }
-            r
+            // A failed call changes nothing: a token it made is not remembered.
+            h.streams.with_stream_in(token, &t.streams, |stream| {
+                h.allocator.alloc_on_stream(size as u64, stream)
+            })
         });
         addr_of(r)
     })

@@ -215,6 +215,12 @@ fn a_free_from_a_thread_exit_destructor_frees_and_leaks_nothing() {
 }
 
 #[test]
+fn a_reset_from_another_thread_never_releases_a_stream_under_a_call() {
+    contract("threads_allocate_on_streams_another_thread_resets");
+    contract_with_events("threads_allocate_on_streams_another_thread_resets", "pending");
+}
+
+#[test]
 fn a_thread_cancelled_during_a_replay_does_not_abort_the_process() {
     contract("a_thread_cancelled_during_a_replay_is_cancelled_outside_the_library");
 }

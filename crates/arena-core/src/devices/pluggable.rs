@@ -132,14 +132,10 @@ impl PluggableDevice {
         if !self.allocator.is_stream_aware() {
             return self.allocator.alloc(size);
         }
-        let token = stream_token(stream);
-        let (s, made) = self.streams.get_or_make(token)?;
-        let r = self.allocator.alloc_on_stream(size, &s);
-        if r.is_err() && made {
-            // A failed call changes nothing: the handle it made is not remembered.
-            drop(self.streams.forget_made(token, &s));
-        }
-        r
+        // A failed call changes nothing: a handle it made is not remembered.
+        self.streams.with_stream(stream_token(stream), |s| {
+            self.allocator.alloc_on_stream(size, s)
+        })
     }
 
     /// Frees `addr`, allocated on `stream`; NULL is a no-op. A block recorded on other

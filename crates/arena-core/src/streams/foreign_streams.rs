@@ -31,8 +31,11 @@
 //! Issue 15: each thread remembers the last few handles it looked up (weakly: a forgotten stream
 //! is still dropped at once), so a thread that allocates on its own stream takes no lock shared
 //! with other threads; an epoch, bumped whenever a handle is forgotten or replaced, tells it when
-//! what it remembers may be stale.
+//! what it remembers may be stale. [`ForeignStreams::with_stream_in`] lends such a stream to the
+//! call without counting it (`lent_streams.rs`): a forget waits for the loans of what it forgot
+//! to be returned before it lets go, so nothing is released under a call.
 
+use crate::streams::lent_streams::{wait_until_returned, Lender};
 use crate::streams::stream::{Stream, StreamId, WeakStream};
 use crate::streams::stream_events::StreamEvents;
 use crate::types::error::{ArenaError, Result};
@@ -60,11 +63,14 @@ struct Recent {
     stream: WeakStream,
 }
 
-/// A thread's remembered lookups ([`ForeignStreams::get_or_make_cached`]). A caller that keeps
-/// other per-thread state keeps one of these with it, so one thread-local access serves both
-/// (in a shared library each costs a call); [`ForeignStreams::get_or_make`] uses a thread-local
-/// of its own.
-pub struct RecentStreams(RefCell<[Option<Recent>; RECENT]>);
+/// A thread's remembered lookups ([`ForeignStreams::with_stream_in`]) and what it lends. A
+/// caller that keeps other per-thread state keeps one of these with it, so one thread-local
+/// access serves both (in a shared library each costs a call); [`ForeignStreams::with_stream`]
+/// and [`ForeignStreams::get_or_make`] use a thread-local of their own.
+pub struct RecentStreams {
+    entries: RefCell<[Option<Recent>; RECENT]>,
+    lender: Lender,
+}
 
 impl std::fmt::Debug for RecentStreams {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -75,7 +81,10 @@ impl std::fmt::Debug for RecentStreams {
 impl RecentStreams {
     /// Remembers nothing yet.
     pub const fn new() -> Self {
-        RecentStreams(RefCell::new([const { None }; RECENT]))
+        RecentStreams {
+            entries: RefCell::new([const { None }; RECENT]),
+            lender: Lender::new(),
+        }
     }
 }
 
@@ -184,6 +193,61 @@ impl ForeignStreams {
         }
     }
 
+    /// Runs `f` on the stream for `handle` (non-zero), made on first use; if `f` fails, a
+    /// stream this call made is taken back (so a failed call uses up none of the bound).
+    pub fn with_stream<T>(&self, handle: u64, f: impl FnOnce(&Stream) -> Result<T>) -> Result<T> {
+        let mut call = Some(f);
+        let done =
+            RECENT_LOOKUPS.try_with(|r| call.take().map(|f| self.with_stream_in(handle, r, f)));
+        match (done, call) {
+            (Ok(Some(r)), _) => r,
+            // This thread's locals are being destroyed: no cache.
+            (_, Some(f)) => self.with_stream_in(handle, &RecentStreams::new(), f),
+            (_, None) => Err(ArenaError::InvalidArgument {
+                reason: "this thread's stream lookups were unreachable".into(),
+            }),
+        }
+    }
+
+    /// As [`ForeignStreams::with_stream`], remembering lookups in `recent`, the calling
+    /// thread's own. A stream found there is lent to `f` without taking a count of it (two
+    /// atomic read-modify-writes fewer on every allocation on a host stream); `f` must not
+    /// forget it.
+    #[inline]
+    pub fn with_stream_in<T>(
+        &self,
+        handle: u64,
+        recent: &RecentStreams,
+        f: impl FnOnce(&Stream) -> Result<T>,
+    ) -> Result<T> {
+        // The driver is asked outside the lock.
+        let identity = self.events.as_ref().and_then(|e| e.stream_identity(handle));
+        let same = |known: Option<u64>| identity.is_none() || known.is_none() || known == identity;
+        if let Ok(r) = recent.entries.try_borrow() {
+            if let Some(e) = r[self.slot(handle)].as_ref() {
+                if e.owner == self.id && e.handle == handle && same(e.identity) {
+                    // Current if nothing was forgotten or replaced since the lookup was
+                    // remembered (under the map's lock), so the map still holds the stream.
+                    let current = || self.epoch.load(Ordering::Acquire) == e.epoch;
+                    if let Some(_loan) = recent.lender.lend(e.stream.addr(), current) {
+                        // SAFETY: the map holds the stream, and a forget waits until the loan
+                        // is returned (`_loan`, dropped after `f`) before it lets go of it.
+                        #[allow(unsafe_code)]
+                        let stream = unsafe { e.stream.lend() };
+                        return f(&stream);
+                    }
+                }
+            }
+        }
+        let (s, made) = self.look_up(handle, identity, &same, recent)?;
+        let r = f(&s);
+        if r.is_err() && made {
+            // A failed call changes nothing: the handle it made is not remembered.
+            drop(self.forget_made(handle, &s));
+        }
+        r
+    }
+
     /// As [`ForeignStreams::get_or_make`], remembering lookups in `recent`, the calling
     /// thread's own.
     pub fn get_or_make_cached(
@@ -197,6 +261,18 @@ impl ForeignStreams {
         if let Some(s) = self.recent(handle, recent, same) {
             return Ok((s, false));
         }
+        self.look_up(handle, identity, &same, recent)
+    }
+
+    /// The stream for `handle` from the map, made if it is not there (or names a destroyed
+    /// stream), remembered in `recent`; and whether this call made it.
+    fn look_up(
+        &self,
+        handle: u64,
+        identity: Option<u64>,
+        same: &impl Fn(Option<u64>) -> bool,
+        recent: &RecentStreams,
+    ) -> Result<(Stream, bool)> {
         {
             let map = self.map.read();
             if let Some((s, known)) = map.get(&handle) {
@@ -210,7 +286,7 @@ impl ForeignStreams {
         {
             self.forget_finished(false, |_| ());
         }
-        let claim = |map: &mut StreamMap| self.claim(map, handle, identity, &same, recent);
+        let claim = |map: &mut StreamMap| self.claim(map, handle, identity, same, recent);
         // The guard is dropped before the match: a pass below locks the map itself.
         let first = claim(&mut self.map.write());
         let outcome = match first {
@@ -294,7 +370,7 @@ impl ForeignStreams {
         same: impl Fn(Option<u64>) -> bool,
     ) -> Option<Stream> {
         let epoch = self.epoch.load(Ordering::Acquire);
-        let r = recent.0.try_borrow().ok()?;
+        let r = recent.entries.try_borrow().ok()?;
         let e = r[self.slot(handle)].as_ref()?;
         if e.owner != self.id || e.handle != handle || e.epoch != epoch || !same(e.identity) {
             return None;
@@ -322,7 +398,7 @@ impl ForeignStreams {
             identity,
             stream: stream.downgrade(),
         };
-        if let Ok(mut r) = recent.0.try_borrow_mut() {
+        if let Ok(mut r) = recent.entries.try_borrow_mut() {
             r[self.slot(handle)] = Some(entry);
         }
     }
@@ -331,6 +407,7 @@ impl ForeignStreams {
     /// Its work may still be running, so unless everything it freed is known done, the device
     /// is synchronized before its chunks are reset (dropped here, outside every lock).
     fn let_go_of_reused(&self, old: Stream) {
+        wait_until_returned(&[old.addr()]);
         // Only a query: the handle names another stream now, so an event recorded on it would
         // stand for that stream's work, not the old one's.
         let pending = old.free_events().is_some_and(|f| {
@@ -424,6 +501,7 @@ impl ForeignStreams {
         };
         self.forgotten
             .fetch_add(gone.len() as u64, Ordering::Relaxed);
+        wait_until_returned(&gone.iter().map(Stream::addr).collect::<Vec<_>>());
         for s in &gone {
             if let Some(f) = s.free_events() {
                 // Before the release: an allocator that finds it holding memory then (a lookup
@@ -444,10 +522,22 @@ impl ForeignStreams {
 
     /// Forgets `handle`; returns the stream it named, if any. Once the caller drops it (and
     /// any clone in flight is dropped), its chunks are reset in every allocator that used it.
+    /// Returns once no call has it lent.
     pub fn forget(&self, handle: u64) -> Option<Stream> {
-        let mut map = self.map.write();
-        self.epoch.fetch_add(1, Ordering::AcqRel);
-        map.remove(&handle).map(|(s, _)| s)
+        let gone = {
+            let mut map = self.map.write();
+            self.epoch.fetch_add(1, Ordering::AcqRel);
+            map.remove(&handle).map(|(s, _)| s)
+        };
+        self.returned(gone)
+    }
+
+    /// `gone`, forgotten, once no call has it lent.
+    fn returned(&self, gone: Option<Stream>) -> Option<Stream> {
+        if let Some(s) = &gone {
+            wait_until_returned(&[s.addr()]);
+        }
+        gone
     }
 
     /// Forgets `handle` only while it still names `made` (a stream [`get_or_make`] made for a
@@ -455,14 +545,17 @@ impl ForeignStreams {
     ///
     /// [`get_or_make`]: ForeignStreams::get_or_make
     pub fn forget_made(&self, handle: u64, made: &Stream) -> Option<Stream> {
-        let mut map = self.map.write();
-        match map.get(&handle) {
-            Some((s, _)) if s.id() == made.id() => {
-                self.epoch.fetch_add(1, Ordering::AcqRel);
-                map.remove(&handle).map(|(s, _)| s)
+        let gone = {
+            let mut map = self.map.write();
+            match map.get(&handle) {
+                Some((s, _)) if s.id() == made.id() => {
+                    self.epoch.fetch_add(1, Ordering::AcqRel);
+                    map.remove(&handle).map(|(s, _)| s)
+                }
+                _ => None,
             }
-            _ => None,
-        }
+        };
+        self.returned(gone)
     }
 
     /// How many handles are remembered.
@@ -487,6 +580,7 @@ impl ForeignStreams {
             self.epoch.fetch_add(1, Ordering::AcqRel);
             std::mem::take(&mut *map)
         };
+        wait_until_returned(&streams.values().map(|(s, _)| s.addr()).collect::<Vec<_>>());
         // Dropped outside the lock: a stream's release calls into allocators.
         drop(streams);
     }
@@ -518,6 +612,124 @@ mod tests {
         drop(f.forget(7));
         assert_eq!(user.0.load(Ordering::SeqCst), 1, "released at once");
         assert_ne!(f.get(7).expect("a new stream").id(), 0);
+    }
+
+    #[test]
+    fn a_stream_lent_to_a_call_is_released_only_after_the_call_even_when_forgotten_in_it() {
+        let f = ForeignStreams::new();
+        let user = Arc::new(Released::default());
+        let recent = RecentStreams::new();
+        f.with_stream_in(7, &recent, |s| {
+            s.clock().register_user(&user);
+            Ok(())
+        })
+        .expect("made");
+        std::thread::scope(|t| {
+            f.with_stream_in(7, &recent, |s| {
+                assert_eq!(s.native(), 7);
+                // Another thread forgets the handle while this call has its stream lent: the
+                // forget waits for the call, and nothing is released under it.
+                let forgetter = t.spawn(|| drop(f.forget(7)));
+                for _ in 0..2000 {
+                    std::thread::yield_now();
+                    assert!(!forgetter.is_finished(), "the forget waits for the loan");
+                    assert_eq!(user.0.load(Ordering::SeqCst), 0);
+                }
+                assert_eq!(s.native(), 7, "still the stream");
+                Ok(())
+            })
+            .expect("lent");
+        });
+        assert_eq!(
+            user.0.load(Ordering::SeqCst),
+            1,
+            "released once the call returned"
+        );
+    }
+
+    #[test]
+    fn a_call_that_fails_on_a_stream_it_made_leaves_nothing_remembered() {
+        let f = ForeignStreams::new();
+        let recent = RecentStreams::new();
+        let r: Result<()> = f.with_stream_in(5, &recent, |_| {
+            Err(ArenaError::InvalidArgument {
+                reason: "refused".into(),
+            })
+        });
+        assert!(r.is_err());
+        assert!(f.is_empty());
+        let kept = f.with_stream_in(5, &recent, |s| Ok(s.id())).expect("made");
+        let r: Result<()> = f.with_stream_in(5, &recent, |_| {
+            Err(ArenaError::InvalidArgument {
+                reason: "refused".into(),
+            })
+        });
+        assert!(r.is_err());
+        assert_eq!(f.handles(), vec![5], "a stream made before stays");
+        assert_eq!(
+            f.with_stream_in(5, &recent, |s| Ok(s.id())).expect("lent"),
+            kept
+        );
+    }
+
+    #[test]
+    fn threads_lending_while_others_forget_and_replace_always_see_a_live_stream() {
+        #[derive(Default)]
+        struct Ids(Mutex<std::collections::BTreeMap<StreamId, usize>>);
+        impl StreamUser for Ids {
+            fn stream_released(&self, id: StreamId) {
+                *self.0.lock().entry(id).or_default() += 1;
+            }
+        }
+        let f = ForeignStreams::new();
+        let user = Arc::new(Ids::default());
+        let seen = Mutex::new(std::collections::BTreeSet::new());
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let calls = AtomicUsize::new(0);
+        std::thread::scope(|t| {
+            for k in 0..3u64 {
+                let (f, user, stop, calls, seen) = (&f, &user, &stop, &calls, &seen);
+                t.spawn(move || {
+                    let recent = RecentStreams::new();
+                    let mut i = 0u64;
+                    while !stop.load(Ordering::Relaxed) || i < 2000 {
+                        let h = 1 + (i + k) % 3;
+                        f.with_stream_in(h, &recent, |s| {
+                            assert_eq!(s.native(), h);
+                            s.clock().register_user(user);
+                            seen.lock().insert(s.clone().id());
+                            Ok(())
+                        })
+                        .expect("served");
+                        calls.fetch_add(1, Ordering::Relaxed);
+                        i += 1;
+                    }
+                });
+            }
+            let mut x = 0x2545_f491_4f6c_dd1du64;
+            for _ in 0..3000 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                match x % 3 {
+                    0 => drop(f.forget(1 + x % 3)),
+                    1 => drop(f.get(1 + x % 3)),
+                    _ => f.clear(),
+                }
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+        f.clear();
+        assert!(calls.load(Ordering::Relaxed) >= 6000);
+        // Every stream a call used was released, once, when it was forgotten and no call had it.
+        let released = user.0.lock();
+        assert!(released.values().all(|&n| n == 1));
+        let seen = seen.lock();
+        assert!(seen.len() > 3, "handles were replaced under the calls");
+        assert_eq!(
+            released.keys().copied().collect::<Vec<_>>(),
+            seen.iter().copied().collect::<Vec<_>>()
+        );
     }
 
     #[test]

@@ -25,6 +25,7 @@
 
 use crate::streams::stream_events::{FreeEvents, StreamEvents};
 use parking_lot::{Mutex, MutexGuard};
+use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
@@ -368,6 +369,11 @@ impl Stream {
     pub(crate) fn downgrade(&self) -> WeakStream {
         WeakStream(Arc::downgrade(&self.inner))
     }
+
+    /// The stream's address, what a loan publishes (`lent_streams.rs`).
+    pub(crate) fn addr(&self) -> usize {
+        Arc::as_ptr(&self.inner) as usize
+    }
 }
 
 /// A stream that may be gone; see [`Stream::downgrade`].
@@ -378,6 +384,24 @@ impl WeakStream {
     /// The stream, if it is still alive.
     pub(crate) fn upgrade(&self) -> Option<Stream> {
         self.0.upgrade().map(|inner| Stream { inner })
+    }
+
+    /// The stream's address, as [`Stream::addr`], alive or not.
+    pub(crate) fn addr(&self) -> usize {
+        Weak::as_ptr(&self.0) as usize
+    }
+
+    /// The stream, without a count of its own: never dropped, so it gives none back.
+    ///
+    /// # Safety
+    /// The stream is alive (a counted reference exists elsewhere) for as long as the result or
+    /// anything borrowed from it is used.
+    #[allow(unsafe_code)]
+    pub(crate) unsafe fn lend(&self) -> ManuallyDrop<Stream> {
+        // SAFETY: the pointer is the stream's, which per the contract is alive; the Arc made
+        // from it is never dropped, so the strong count it did not take is never released.
+        let inner = unsafe { Arc::from_raw(Weak::as_ptr(&self.0)) };
+        ManuallyDrop::new(Stream { inner })
     }
 }
 
