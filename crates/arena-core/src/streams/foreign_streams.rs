@@ -707,7 +707,10 @@ mod tests {
                 });
             }
             let mut x = 0x2545_f491_4f6c_dd1du64;
-            for _ in 0..3000 {
+            // Until the callers have run a while, so that the handles change under them.
+            let mut n = 0;
+            while n < 3000 || calls.load(Ordering::Relaxed) < 3000 {
+                n += 1;
                 x ^= x << 13;
                 x ^= x >> 7;
                 x ^= x << 17;
