@@ -22,8 +22,11 @@ use std::cell::OnceCell;
 use std::sync::atomic::{compiler_fence, fence, AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
-/// One thread's slot: the address of the stream it has lent, 0 when none.
+/// One thread's slot: the address of the stream it has lent, 0 when none. Written twice by
+/// every lent call, so each has cache lines of its own (two: adjacent-line prefetch): slots
+/// that shared a line would pass it between the threads' cores on every allocation.
 #[derive(Debug, Default)]
+#[repr(align(128))]
 struct LendSlot {
     lent: AtomicUsize,
 }
