@@ -217,7 +217,16 @@ fn a_free_from_a_thread_exit_destructor_frees_and_leaks_nothing() {
 #[test]
 fn a_reset_from_another_thread_never_releases_a_stream_under_a_call() {
     contract("threads_allocate_on_streams_another_thread_resets");
-    contract_with_events("threads_allocate_on_streams_another_thread_resets", "pending");
+    contract_with_events(
+        "threads_allocate_on_streams_another_thread_resets",
+        "pending",
+    );
+}
+
+#[test]
+fn a_forked_child_allocates_on_streams_and_resets_them() {
+    contract("a_forked_child_allocates_and_resets_streams");
+    contract_with_events("a_forked_child_allocates_and_resets_streams", "pending");
 }
 
 #[test]

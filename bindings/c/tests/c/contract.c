@@ -6,6 +6,7 @@
 #include "cuda_arena.h"
 #include <dlfcn.h>
 #include <pthread.h>
+#include <sys/wait.h>
 #include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -480,6 +481,44 @@ static void threads_allocate_on_streams_another_thread_resets(void) {
   cuda_arena_destroy(resetting);
 }
 
+/* A child of fork(2) (which may not inherit the parent's registration for process-wide
+ * barriers) allocates on streams and resets them from its own threads: it is served, and a
+ * reset returns. */
+static void* child_allocates_on_a_stream(void* unused) {
+  (void)unused;
+  for (int i = 0; i < 200; i++) {
+    void* p = cuda_arena_alloc_on_stream(resetting, 4096, (void*)(size_t)0x3000);
+    CHECK(p != NULL);
+    if (p != NULL) CHECK(cuda_arena_free(resetting, p) == CUDA_ARENA_OK);
+  }
+  return NULL;
+}
+static void a_forked_child_allocates_and_resets_streams(void) {
+  resetting = make("Cuda", NULL, NULL);
+  CHECK(resetting != NULL);
+  void* p = cuda_arena_alloc_on_stream(resetting, 4096, (void*)(size_t)0x3000);
+  CHECK(p != NULL && cuda_arena_free(resetting, p) == CUDA_ARENA_OK);
+  CHECK(cuda_arena_reset_stream(resetting, (void*)(size_t)0x3000) == CUDA_ARENA_OK);
+  fflush(stdout);
+  pid_t child = fork();
+  CHECK(child >= 0);
+  if (child == 0) {
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, child_allocates_on_a_stream, NULL) == 0);
+    for (int i = 0; i < 200; i++) {
+      CHECK(cuda_arena_reset_stream(resetting, (void*)(size_t)0x3000) == CUDA_ARENA_OK);
+    }
+    CHECK(pthread_join(t, NULL) == 0);
+    child_allocates_on_a_stream(NULL);
+    CHECK(cuda_arena_reset_stream(resetting, (void*)(size_t)0x3000) == CUDA_ARENA_OK);
+    _exit(failures == 0 ? 0 : 1);
+  }
+  int status = -1;
+  CHECK(waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  cuda_arena_destroy(resetting);
+}
+
 int main(int argc, char** argv) {
   if (argc != 3) {
     fprintf(stderr, "usage: contract host|virtual CASE\n");
@@ -506,6 +545,7 @@ int main(int argc, char** argv) {
       {"a_thread_cancelled_during_a_replay_is_cancelled_outside_the_library",
        a_thread_cancelled_during_a_replay_is_cancelled_outside_the_library},
       {"threads_allocate_on_streams_another_thread_resets", threads_allocate_on_streams_another_thread_resets},
+      {"a_forked_child_allocates_and_resets_streams", a_forked_child_allocates_and_resets_streams},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     if (strcmp(cases[i].name, name) == 0) {
