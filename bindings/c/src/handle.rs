@@ -170,7 +170,8 @@ unsafe fn create(
     let memory = unsafe { str_arg(memory, "memory") }?;
     let kind = MemoryKind::from_name(memory).ok_or_else(|| {
         invalid(format!(
-            "memory must be Cuda, CudaPinned or Cpu, got {memory:?}"
+            "memory must be Cuda, CudaPinned or Cpu, got \"{}\"",
+            cuda_arena_core::escaped(memory)
         ))
     })?;
     let device = u32::try_from(device_id)

@@ -14,6 +14,7 @@ use crate::trace::{
     replay_observed, replay_with, ReplayObserver, ReplayOptions, ReplayReport, Sample, TraceStreams,
 };
 use crate::types::config::ArenaConfig;
+use crate::types::error::escaped;
 use crate::types::error::{ArenaError, Result};
 use crate::types::memory_log::MemoryLog;
 use crate::types::stats::AllocatorStats;
@@ -178,7 +179,7 @@ pub fn replay_file(
         lines_skipped: parsed
             .skipped
             .iter()
-            .map(|e| format!("{path}:{e}"))
+            .map(|e| format!("{}:{e}", escaped(path)))
             .collect(),
         lines_skipped_count: parsed.skipped_lines as u64,
         parse_ns,
@@ -265,7 +266,7 @@ fn read_trace_file(
     progress: &mut dyn Progress,
 ) -> Result<(ParsedTrace, Option<SnapshotReport>)> {
     let cannot_read = |e: &dyn std::fmt::Display| {
-        ArenaError::invalid_argument(format!("cannot read {path}: {e}"))
+        ArenaError::invalid_argument(format!("cannot read {}: {e}", escaped(path)))
     };
     let file = std::fs::File::open(path).map_err(|e| cannot_read(&e))?;
     if file.metadata().is_ok_and(|m| m.is_dir()) {
@@ -310,6 +311,8 @@ pub fn read_trace(
     device: Option<u32>,
 ) -> Result<(ParsedTrace, Option<SnapshotReport>)> {
     let invalid = ArenaError::invalid_argument;
+    // Named in messages only, escaped and cut: any path makes a short message.
+    let path = escaped(path);
     let first = loop {
         match reader.fill_buf() {
             Ok(bytes) => break bytes,
