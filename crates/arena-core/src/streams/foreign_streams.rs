@@ -23,9 +23,9 @@
 //! are polled, and at the bound the device is synchronized once), as if the host had reset
 //! them; the bound then counts only streams that hold memory or whose work may still run. A
 //! stream a call is using loses nothing to it: one is forgotten only while the set holds its
-//! only handle, and a call that took it from a thread's remembered lookup in the same instant
-//! finds its allocations kept tagged by the allocators (`FreeEvents::set_forgotten`) until
-//! their frees are done. The common path, a remembered lookup, takes no fence for it.
+//! only counted handle; a call that has it lent from a thread's remembered lookup (which no
+//! count shows) ends before the stream is released, and what it allocated stays tagged by the
+//! allocators (`FreeEvents::set_forgotten`) until its frees are done.
 //! Without events nothing says a stream's work is done, so the bound stays a bound.
 //!
 //! Issue 15: each thread remembers the last few handles it looked up (weakly: a forgotten stream
@@ -479,9 +479,9 @@ impl ForeignStreams {
         drop(candidates);
         let (gone, result) = {
             let mut map = self.map.write();
-            // Every thread's remembered lookups of this set go stale. One that upgraded just
-            // before may still use the stream: the sole-handle check below mostly sees it,
-            // and where it races, the allocators keep what it allocates tagged (see `recent`).
+            // Every thread's remembered lookups of this set go stale. A call that has a stream
+            // lent (which the sole-handle check below cannot see) is waited for before the
+            // release, and the allocators keep what it allocated tagged (see `set_forgotten`).
             self.epoch.fetch_add(1, Ordering::AcqRel);
             let mut gone: Vec<Stream> = Vec::new();
             for (h, id) in ids {

@@ -3,8 +3,9 @@
 //! A thread that finds a host stream in its remembered lookups used to take a counted reference
 //! for the call (`Weak::upgrade`) and give it back after: two atomic read-modify-writes on a line
 //! every thread on the stream shares. Without them the GPU's trace replays through the C ABI ran
-//! in 0.92–0.96 of the time (docs/benchmarks.md, "Twenty-second session"). Instead the thread publishes the stream's address in a slot of its own (a plain
-//! store), checks that its lookup is still current, and uses the stream; the set that forgets a
+//! in 0.92–0.96 of the time (docs/benchmarks.md, "Twenty-second session"). Instead the thread
+//! publishes the stream's address in a slot of its own (a plain store), checks that its lookup
+//! is still current, and uses the stream; the set that forgets a
 //! stream waits, before it drops its reference, until no slot holds the stream's address. So a
 //! stream is released exactly when it was before: once forgotten and no call is using it.
 //!
@@ -238,11 +239,8 @@ mod tests {
     #[test]
     fn a_dropped_lender_leaves_the_registry() {
         let l = Lender::new();
-        let mine = Arc::clone(l.slot.get_or_init(|| {
-            let slot = Arc::new(LendSlot::default());
-            SLOTS.lock().push(slot.clone());
-            slot
-        }));
+        l.register();
+        let mine = Arc::clone(l.slot.get().expect("registered"));
         assert!(SLOTS.lock().iter().any(|s| Arc::ptr_eq(s, &mine)));
         drop(l);
         assert!(!SLOTS.lock().iter().any(|s| Arc::ptr_eq(s, &mine)));
