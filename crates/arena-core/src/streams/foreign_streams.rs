@@ -647,6 +647,78 @@ mod tests {
         );
     }
 
+    /// The forgetting pass of a set past [`FORGET_FROM`] handles (where the backend has
+    /// events) meets a call that has its stream lent from the thread's remembered lookup,
+    /// which no count shows: the stream holds nothing and its work is done, so the pass takes
+    /// it out of the set, but releases it only once the call returns; the call allocates and
+    /// frees on it meanwhile.
+    #[test]
+    fn the_forgetting_pass_waits_for_a_call_that_has_its_stream_lent() {
+        use crate::streams::stream_events::SimEvents;
+        use crate::{AddressSpaceAllocator, Allocator, Arena};
+        /// Counts releases, and says the stream holds nothing here (the arena says so too).
+        #[derive(Default)]
+        struct Released(AtomicUsize);
+        impl StreamUser for Released {
+            fn stream_released(&self, _: StreamId) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+            fn stream_holds_memory(&self, _: StreamId) -> bool {
+                false
+            }
+        }
+        let events: Arc<dyn StreamEvents> = SimEvents::immediate();
+        let f = ForeignStreams::with_events(Some(events));
+        let a = Arena::new(
+            AddressSpaceAllocator::default(),
+            crate::ArenaConfig::default(),
+        )
+        .expect("arena");
+        let user = Arc::new(Released::default());
+        let recent = RecentStreams::new();
+        let one = |s: &Stream| {
+            let p = a.alloc_on_stream(4096, s)?.expect("an address");
+            a.free(p)
+        };
+        // Remembered by this thread, holding nothing, its frees done: the pass will take it.
+        f.with_stream_in(1, &recent, |s| {
+            s.clock().register_user(&user);
+            one(s)
+        })
+        .expect("made");
+        std::thread::scope(|t| {
+            f.with_stream_in(1, &recent, |s| {
+                let maker = t.spawn(|| {
+                    let theirs = RecentStreams::new();
+                    for h in 2..FORGET_FROM as u64 + 8 {
+                        f.with_stream_in(h, &theirs, |s| one(s)).expect("served");
+                    }
+                });
+                while f.forgotten_finished() == 0 {
+                    assert!(!maker.is_finished(), "the pass ran");
+                    std::thread::yield_now();
+                }
+                assert!(!f.handles().contains(&1), "taken out by the pass");
+                for _ in 0..200 {
+                    std::thread::yield_now();
+                    assert!(!maker.is_finished(), "the pass waits for the loan");
+                    assert_eq!(user.0.load(Ordering::SeqCst), 0, "not released under it");
+                    one(s)?;
+                }
+                assert_eq!(s.native(), 1);
+                Ok(())
+            })
+            .expect("lent");
+        });
+        assert_eq!(
+            user.0.load(Ordering::SeqCst),
+            1,
+            "released once the call returned"
+        );
+        a.check_invariants().expect("invariants");
+        assert!(f.len() <= FORGET_FROM, "{} remembered", f.len());
+    }
+
     #[test]
     fn a_call_that_fails_on_a_stream_it_made_leaves_nothing_remembered() {
         let f = ForeignStreams::new();
