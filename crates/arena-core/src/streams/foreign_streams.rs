@@ -656,10 +656,11 @@ mod tests {
     fn the_forgetting_pass_waits_for_a_call_that_has_its_stream_lent() {
         use crate::streams::stream_events::SimEvents;
         use crate::{AddressSpaceAllocator, Allocator, Arena};
-        /// Counts releases, and says the stream holds nothing here (the arena says so too).
+        /// Counts releases, and says the stream holds nothing here (the arena says so too),
+        /// where the module's `Released` says yes as the trait's default does.
         #[derive(Default)]
-        struct Released(AtomicUsize);
-        impl StreamUser for Released {
+        struct HoldsNothing(AtomicUsize);
+        impl StreamUser for HoldsNothing {
             fn stream_released(&self, _: StreamId) {
                 self.0.fetch_add(1, Ordering::SeqCst);
             }
@@ -674,7 +675,7 @@ mod tests {
             crate::ArenaConfig::default(),
         )
         .expect("arena");
-        let user = Arc::new(Released::default());
+        let user = Arc::new(HoldsNothing::default());
         let recent = RecentStreams::new();
         let one = |s: &Stream| {
             let p = a.alloc_on_stream(4096, s)?.expect("an address");
