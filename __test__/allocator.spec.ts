@@ -202,3 +202,28 @@ test('a bigint of exactly 2^64 is no address, though it wraps to 0 in 64 bits', 
   throwsCode(t, () => a.free(2n ** 64n), 'ERR_ARENA_UNKNOWN_POINTER')
   t.deepEqual(snapshot(a), before)
 })
+
+test('an address outside 0 … 2^64−1 is quoted as given, not as the 0x0 it is not', (t) => {
+  const a = factory('virtual').createAllocator({ name: 'Cuda' })
+  const cases: [bigint, string][] = [
+    [-1n, 'unknown pointer -0x1:'],
+    [2n ** 64n, 'unknown pointer 0x10000000000000000:'],
+    [-(2n ** 200n), 'unknown pointer -2^128 or less:'],
+    [2n ** 128n, 'unknown pointer 2^128 or more:'],
+  ]
+  for (const [addr, quoted] of cases) {
+    const err = t.throws(() => a.free(addr)) as { code?: string; message: string }
+    t.is(err.code, 'ERR_ARENA_UNKNOWN_POINTER')
+    t.true(err.message.includes(quoted), err.message)
+  }
+})
+
+test('a size past 64 bits is quoted as given, not as 2^64−1', (t) => {
+  const a = factory('virtual').createAllocator({ name: 'Cuda' })
+  const past = t.throws(() => a.alloc(2n ** 64n)) as { code?: string; message: string }
+  t.is(past.code, 'ERR_ARENA_OUT_OF_MEMORY')
+  t.true(past.message.includes('allocating 18446744073709551616 bytes'), past.message)
+  const negative = t.throws(() => a.reserve(-5n)) as { code?: string; message: string }
+  t.is(negative.code, 'ERR_ARENA_INVALID_ARGUMENT')
+  t.true(negative.message.includes('got -5'), negative.message)
+})

@@ -1,5 +1,5 @@
 import test from 'ava'
-import { envArenaOptions, sessionArenaOptions, parseArenaConfig, ERROR_CODES, nativeErrorCodes, devices } from '../ts/index'
+import { AllocatorFactory, envArenaOptions, sessionArenaOptions, parseArenaConfig, ERROR_CODES, nativeErrorCodes, devices } from '../ts/index'
 import { factory, throwsCode } from './helpers'
 
 test('the device arena is shared and counted, and the last release hands every byte back', (t) => {
@@ -113,4 +113,17 @@ test('devices() is empty without a CUDA driver and never throws', (t) => {
 
 test('the cuda backend without a driver throws ERR_NO_CUDA', (t) => {
   throwsCode(t, () => factory('cuda' as 'host'), 'ERR_NO_CUDA')
+})
+
+test('a factory name with a lone surrogate is refused, so two such names never share a factory', (t) => {
+  // UTF-8 conversion would make both '\uFFFD', one process-wide factory.
+  for (const name of ['\uD800', '\uD801', 'a\uDC00', '\uDBFF\uDBFF\uDFFF']) {
+    throwsCode(t, () => new AllocatorFactory({ name, backend: 'host' }), 'ERR_ARENA_INVALID_ARGUMENT', JSON.stringify(name))
+  }
+  const emoji = new AllocatorFactory({ name: 'lone-\uD83D\uDE00', backend: 'host' })
+  t.is(emoji.name, 'lone-😀')
+  const replaced = new AllocatorFactory({ name: 'lone-\uFFFD', backend: 'host' })
+  t.is(replaced.name, 'lone-\uFFFD')
+  t.not(emoji.createAllocator({ name: 'Cuda' }).alloc(256), null)
+  t.is(replaced.createAllocator({ name: 'Cuda' }).getStats().inUse, 0n, 'its own arenas')
 })

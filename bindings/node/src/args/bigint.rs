@@ -11,9 +11,47 @@ pub enum U64Arg {
     /// 0 … 2^64−1.
     Value(u64),
     /// Below zero.
-    Negative,
+    Negative(OutOfRange),
     /// 2^64 or more.
-    TooLarge,
+    TooLarge(OutOfRange),
+}
+
+/// A bigint outside `0 … 2^64−1`, kept for messages: they quote the value given (`-1`), not
+/// the address or size it could not be (`0x0`, 2^64−1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutOfRange {
+    /// Its low 128 bits of magnitude.
+    magnitude: u128,
+    /// Below zero.
+    negative: bool,
+    /// Wider than 128 bits (`magnitude` is then its low bits only).
+    wide: bool,
+}
+
+impl OutOfRange {
+    fn write(&self, f: &mut std::fmt::Formatter<'_>, hex: bool) -> std::fmt::Result {
+        let sign = if self.negative { "-" } else { "" };
+        match (self.wide, hex) {
+            (true, _) if self.negative => f.write_str("-2^128 or less"),
+            (true, _) => f.write_str("2^128 or more"),
+            (false, true) => write!(f, "{sign}{:#x}", self.magnitude),
+            (false, false) => write!(f, "{sign}{}", self.magnitude),
+        }
+    }
+}
+
+/// Decimal, as a size is quoted.
+impl std::fmt::Display for OutOfRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.write(f, false)
+    }
+}
+
+/// `0x` and hex digits whatever the flags, as an address is quoted.
+impl std::fmt::LowerHex for OutOfRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.write(f, true)
+    }
 }
 
 impl TypeName for U64Arg {
@@ -65,10 +103,15 @@ impl FromNapiValue for U64Arg {
                 "expected a bigint",
             ));
         }
-        Ok(if sign_bit != 0 {
-            U64Arg::Negative
+        let value = OutOfRange {
+            magnitude: u128::from(words[0]) | (u128::from(words[1]) << 64),
+            negative: sign_bit != 0,
+            wide: word_count > words.len(),
+        };
+        Ok(if value.negative {
+            U64Arg::Negative(value)
         } else {
-            U64Arg::TooLarge
+            U64Arg::TooLarge(value)
         })
     }
 }

@@ -1,7 +1,7 @@
 //! Conversions between JS values and the core's types.
 
 use crate::bigint::U64Arg;
-use crate::error::{invalid, js, Result};
+use crate::error::{invalid, js, with_message, Result};
 use cuda_arena_core::{AllocatorStats, ArenaConfig, ArenaError, MemoryLog, RawStats};
 use napi::bindgen_prelude::BigInt;
 use napi_derive::napi;
@@ -53,11 +53,14 @@ pub fn size_num(name: &str, v: f64) -> Result<u64> {
 pub fn size_arg(name: &str, v: U64Arg) -> Result<u64> {
     match v {
         U64Arg::Value(n) => Ok(n),
-        U64Arg::Negative => Err(invalid(format!("{name} must not be negative"))),
-        U64Arg::TooLarge => Err(js(ArenaError::OutOfMemory {
-            requested: u64::MAX,
-            reason: format!("{name} does not fit in 64 bits"),
-        })),
+        U64Arg::Negative(v) => Err(invalid(format!("{name} must not be negative, got {v}"))),
+        U64Arg::TooLarge(v) => Err(with_message(
+            ArenaError::OutOfMemory {
+                requested: u64::MAX,
+                reason: String::new(),
+            },
+            format!("out of memory allocating {v} bytes: {name} does not fit in 64 bits"),
+        )),
     }
 }
 
@@ -65,12 +68,16 @@ pub fn size_arg(name: &str, v: U64Arg) -> Result<u64> {
 pub fn addr_arg(v: U64Arg) -> Result<u64> {
     match v {
         U64Arg::Value(n) => Ok(n),
-        _ => Err(js(ArenaError::UnknownPointer {
-            addr: 0,
-            reason:
-                "a negative or wider than 64-bit value is not an address this allocator handed out"
-                    .into(),
-        })),
+        U64Arg::Negative(v) | U64Arg::TooLarge(v) => Err(with_message(
+            ArenaError::UnknownPointer {
+                addr: 0,
+                reason: String::new(),
+            },
+            format!(
+                "unknown pointer {v:x}: a negative or wider than 64-bit value is not an address \
+                 this allocator handed out"
+            ),
+        )),
     }
 }
 

@@ -12,6 +12,12 @@ pub fn js(e: ArenaError) -> JsError {
     napi::Error::new(e.code(), e.to_string())
 }
 
+/// `e`'s code with a message of the binding's own: for a JS value the core's types cannot
+/// hold, quoted as given.
+pub fn with_message(e: ArenaError, message: String) -> JsError {
+    napi::Error::new(e.code(), message)
+}
+
 /// An invalid argument, named.
 pub fn invalid(reason: impl Into<String>) -> JsError {
     js(ArenaError::InvalidArgument {

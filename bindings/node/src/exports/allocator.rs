@@ -190,7 +190,7 @@ impl NativeAllocator {
         // A length of 2^64 or more is a range past the end of any allocation, not a size that
         // could not be allocated.
         let len = match len {
-            U64Arg::TooLarge => None,
+            U64Arg::TooLarge(_) => None,
             other => Some(size_arg("length", other)?),
         };
         self.with(|a| match len {

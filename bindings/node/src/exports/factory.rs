@@ -10,7 +10,7 @@ use cuda_arena_core::{
     SimKind,
 };
 use cuda_sys_bridge::{backend_named, unknown_backend, CudaBackend, BACKEND_NAMES};
-use napi::bindgen_prelude::BigInt;
+use napi::bindgen_prelude::{BigInt, Utf16String};
 use napi_derive::napi;
 use std::sync::{Arc, OnceLock};
 
@@ -82,7 +82,12 @@ impl NativeFactory {
     /// `backend`: `cuda`, `host` or `virtual`; `devices`: simulated device limits (an empty
     /// list means one default device).
     #[napi(constructor, catch_unwind)]
-    pub fn new(name: String, backend: String, devices: Vec<JsDeviceLimits>) -> Result<Self> {
+    pub fn new(name: Utf16String, backend: String, devices: Vec<JsDeviceLimits>) -> Result<Self> {
+        // Read as UTF-16 and checked: napi's UTF-8 conversion turns every lone surrogate into
+        // U+FFFD, so '\uD800' and '\uD801' would name one process-wide factory.
+        let name = String::from_utf16(&name).map_err(|_| {
+            invalid("factory name must be well-formed Unicode: it has a lone surrogate")
+        })?;
         if backend == "cuda" {
             // The process's one CUDA backend (see `cuda_backend`), which streams also use.
             let cuda = cuda_backend()?;

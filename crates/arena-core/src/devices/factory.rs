@@ -489,11 +489,33 @@ pub fn selected_allocator(
 
 /// Name → (spec, factory). A `BTreeMap`: it is process-wide and lives until exit, and leak
 /// checkers see its nodes as reachable (a hash map's table is only pointed into).
-type Registry = Mutex<BTreeMap<String, (String, Weak<Factory>)>>;
+#[derive(Default)]
+struct Names {
+    by_name: BTreeMap<String, (String, Weak<Factory>)>,
+    /// Entries left by the last sweep of factories no one holds.
+    after_sweep: usize,
+}
+
+/// Entries a registry may reach before its first sweep.
+const FIRST_SWEEP: usize = 64;
+
+impl Names {
+    /// Forgets the factories no one holds once the entries have doubled since the last sweep:
+    /// the registry stays within twice the live factories (plus [`FIRST_SWEEP`]), and making
+    /// n factories costs O(n log n), not a scan of them all each time.
+    fn sweep_if_grown(&mut self) {
+        if self.by_name.len() >= FIRST_SWEEP.max(2 * self.after_sweep) {
+            self.by_name.retain(|_, (_, weak)| weak.strong_count() > 0);
+            self.after_sweep = self.by_name.len();
+        }
+    }
+}
+
+type Registry = Mutex<Names>;
 
 fn registry() -> &'static Registry {
     static REGISTRY: OnceLock<Registry> = OnceLock::new();
-    REGISTRY.get_or_init(|| Mutex::new(BTreeMap::new()))
+    REGISTRY.get_or_init(|| Mutex::new(Names::default()))
 }
 
 /// The process-wide factory named `name`: the live one if it exists (it must have been made
@@ -505,25 +527,36 @@ pub fn named_factory(
     spec: &str,
     make: impl FnOnce() -> Result<Factory>,
 ) -> Result<Arc<Factory>> {
-    let mut reg = registry().lock();
-    // Factories no one holds any more are forgotten, so the registry follows the live ones.
-    reg.retain(|_, (_, weak)| weak.strong_count() > 0);
-    if let Some((existing_spec, weak)) = reg.get(name) {
-        if let Some(factory) = weak.upgrade() {
-            if existing_spec != spec {
-                return Err(ArenaError::invalid_argument(format!(
-                    "a factory named {name:?} already exists with {existing_spec}; this one asks for {spec}"
-                )));
+    registry().lock().get_or_make(name, spec, make)
+}
+
+impl Names {
+    /// [`named_factory`] on this registry.
+    fn get_or_make(
+        &mut self,
+        name: &str,
+        spec: &str,
+        make: impl FnOnce() -> Result<Factory>,
+    ) -> Result<Arc<Factory>> {
+        // Factories no one holds any more are forgotten, so the registry follows the live ones.
+        self.sweep_if_grown();
+        if let Some((existing_spec, weak)) = self.by_name.get(name) {
+            if let Some(factory) = weak.upgrade() {
+                if existing_spec != spec {
+                    return Err(ArenaError::invalid_argument(format!(
+                        "a factory named {name:?} already exists with {existing_spec}; this one asks for {spec}"
+                    )));
+                }
+                return Ok(factory);
             }
-            return Ok(factory);
         }
+        let factory = Arc::new(make()?);
+        self.by_name.insert(
+            name.to_string(),
+            (spec.to_string(), Arc::downgrade(&factory)),
+        );
+        Ok(factory)
     }
-    let factory = Arc::new(make()?);
-    reg.insert(
-        name.to_string(),
-        (spec.to_string(), Arc::downgrade(&factory)),
-    );
-    Ok(factory)
 }
 
 #[cfg(test)]
@@ -556,6 +589,62 @@ mod tests {
             SharedKind::Mempool,
             &ArenaError::unsupported("device 0 has no memory pools")
         ));
+    }
+
+    fn sim_factory(name: &str) -> Result<Factory> {
+        let backend =
+            crate::devices::backend::SimBackend::new(crate::devices::backend::SimKind::Host, &[]);
+        Ok(Factory::new(name, Arc::new(backend)))
+    }
+
+    #[test]
+    fn the_registry_holds_at_most_twice_its_live_factories_and_the_first_sweeps_worth() {
+        let mut names = Names::default();
+        let mut live = Vec::new();
+        for i in 0..5_000 {
+            let name = format!("f{i}");
+            let f = names
+                .get_or_make(&name, "host:1", || sim_factory(&name))
+                .expect("made");
+            // One in five is kept; the rest are dropped at once (a name per request).
+            if i % 5 == 0 {
+                live.push(f);
+            }
+            let bound = (2 * live.len()).max(FIRST_SWEEP) + 1;
+            assert!(
+                names.by_name.len() <= bound,
+                "{} entries for {} live factories after {} made",
+                names.by_name.len(),
+                live.len(),
+                i + 1
+            );
+        }
+        // Every live one is still found by name, as itself.
+        for (k, f) in live.iter().enumerate() {
+            let name = format!("f{}", 5 * k);
+            let again = names
+                .get_or_make(&name, "host:1", || sim_factory(&name))
+                .expect("found");
+            assert!(Arc::ptr_eq(f, &again), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_name_whose_factory_was_dropped_makes_a_new_one_before_any_sweep() {
+        let mut names = Names::default();
+        let first = names
+            .get_or_make("a", "host:1", || sim_factory("a"))
+            .expect("made");
+        let weak = Arc::downgrade(&first);
+        drop(first);
+        // Another backend is fine now: the old factory is gone, though its entry is not.
+        let second = names
+            .get_or_make("a", "virtual:1", || sim_factory("a"))
+            .expect("made anew");
+        assert!(weak.upgrade().is_none());
+        assert_eq!(names.by_name.len(), 1);
+        assert_eq!(names.by_name["a"].0, "virtual:1");
+        drop(second);
     }
 
     #[test]
