@@ -355,3 +355,25 @@ fn d7_reserve_also_releases_free_regions_before_failing() {
     assert_eq!(a.stats().num_arena_shrinkages, 1);
     a.free(r).expect("live");
 }
+
+#[test]
+fn d7_a_failure_under_an_unlimited_max_mem_says_unlimited_not_2_to_the_64_minus_1() {
+    for vm in [false, true] {
+        let a = if vm {
+            virtual_vm_arena(&[])
+        } else {
+            virtual_arena(&[])
+        };
+        let keep = alloc(&a, MIB);
+        for size in [1u64 << 62, u64::MAX - 4095, u64::MAX - MIB] {
+            for err in [
+                a.alloc(size).expect_err("too large"),
+                a.reserve(size).expect_err("too large"),
+            ] {
+                let message = err.to_string();
+                assert!(!message.contains(&u64::MAX.to_string()), "{message}");
+            }
+        }
+        a.free(keep).expect("live");
+    }
+}

@@ -641,7 +641,7 @@ impl<R: RawAllocator, S: Source> Core<R, S> {
 
     /// Obtains a reserve's memory from the raw allocator within the budget, with no lock held.
     fn raw_reserve(&self, size: u64) -> Result<u64> {
-        let max_mem = self.config.max_mem;
+        let max_mem = crate::types::config::MaxMem(self.config.max_mem);
         self.subs.reserve_budget(|budget, _| {
             if size > budget {
                 return Err(ArenaError::oom(

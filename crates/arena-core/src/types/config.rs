@@ -315,6 +315,19 @@ pub fn nearest_typed_key(key: &str) -> &'static str {
         .unwrap_or("maxMem")
 }
 
+/// `arena.max_mem` as messages quote it: "unlimited" rather than 2^64−1.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MaxMem(pub u64);
+
+impl std::fmt::Display for MaxMem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            u64::MAX => f.write_str("unlimited"),
+            n => write!(f, "{n}"),
+        }
+    }
+}
+
 impl ArenaConfig {
     /// Parses `arena.*` pairs over the defaults. Later pairs override earlier ones; keys not
     /// starting with `arena.` are ignored; an unknown `arena.*` key is an error.

@@ -51,7 +51,7 @@ impl<S: Source> State<S> {
                 format!(
                     "available memory of {available} bytes is smaller than the {rounded} bytes needed \
                      (arena.max_mem {}, {held} bytes held)",
-                    config.max_mem
+                    crate::types::config::MaxMem(config.max_mem)
                 ),
             ));
         }

@@ -120,7 +120,7 @@ impl<S: Source> State<S> {
                         size,
                         format!(
                             "mapping {need} more bytes for it would pass arena.max_mem {} ({held} bytes held)",
-                            config.max_mem
+                            crate::types::config::MaxMem(config.max_mem)
                         ),
                     ));
                 }
