@@ -509,28 +509,7 @@ impl Names {
             self.after_sweep = self.by_name.len();
         }
     }
-}
 
-type Registry = Mutex<Names>;
-
-fn registry() -> &'static Registry {
-    static REGISTRY: OnceLock<Registry> = OnceLock::new();
-    REGISTRY.get_or_init(|| Mutex::new(Names::default()))
-}
-
-/// The process-wide factory named `name`: the live one if it exists (it must have been made
-/// with the same `spec`, a description of its backend and devices), else a new one from
-/// `make`. Every thread, and every Node worker, that asks for a name gets the same factory
-/// while any holder keeps it alive.
-pub fn named_factory(
-    name: &str,
-    spec: &str,
-    make: impl FnOnce() -> Result<Factory>,
-) -> Result<Arc<Factory>> {
-    registry().lock().get_or_make(name, spec, make)
-}
-
-impl Names {
     /// [`named_factory`] on this registry.
     fn get_or_make(
         &mut self,
@@ -557,6 +536,25 @@ impl Names {
         );
         Ok(factory)
     }
+}
+
+type Registry = Mutex<Names>;
+
+fn registry() -> &'static Registry {
+    static REGISTRY: OnceLock<Registry> = OnceLock::new();
+    REGISTRY.get_or_init(|| Mutex::new(Names::default()))
+}
+
+/// The process-wide factory named `name`: the live one if it exists (it must have been made
+/// with the same `spec`, a description of its backend and devices), else a new one from
+/// `make`. Every thread, and every Node worker, that asks for a name gets the same factory
+/// while any holder keeps it alive.
+pub fn named_factory(
+    name: &str,
+    spec: &str,
+    make: impl FnOnce() -> Result<Factory>,
+) -> Result<Arc<Factory>> {
+    registry().lock().get_or_make(name, spec, make)
 }
 
 #[cfg(test)]
