@@ -6,8 +6,8 @@
 
 use crate::allocator::NativeAllocator;
 use crate::error::{invalid, js, Result};
-use cuda_arena_core::trace::synthetic::{mixed_trace, named_trace};
-use cuda_arena_core::trace::trace_format::{write_trace, MAX_TRACE_LINES};
+use cuda_arena_core::trace::synthetic::{generate_named, is_named, mixed_trace};
+use cuda_arena_core::trace::trace_format::{write_op, MAX_TRACE_LINES};
 use cuda_arena_core::trace::{
     replay_observed, ReplayReport, TraceOp, TraceStreams, MAX_TRACE_STREAMS,
 };
@@ -229,7 +229,7 @@ impl<W: Write> Write for Patient<W> {
 pub fn write_trace_file(path: Option<String>, kind: String, ops: f64, seed: f64) -> Result<f64> {
     let ops = whole("ops", ops, 0.0, MAX_TRACE_LINES as f64)? as usize;
     let seed = whole("seed", seed, 0.0, MAX_SAFE)?;
-    if named_trace(&kind, 0, seed).is_none() {
+    if !is_named(&kind) {
         return Err(invalid(format!(
             "trace kind must be inference, mixed, small or growing, got {:?}",
             kind.chars().take(40).collect::<String>()
@@ -241,11 +241,21 @@ pub fn write_trace_file(path: Option<String>, kind: String, ops: f64, seed: f64)
         Some(p) => Box::new(std::fs::File::create(p).map_err(|e| cannot_write(p, e))?),
         None => Box::new(Patient(std::io::stdout().lock())),
     };
-    let trace = named_trace(&kind, ops, seed).unwrap_or_default();
-    match write_trace(&trace, std::io::BufWriter::with_capacity(1 << 16, out)) {
-        Ok(()) => Ok(trace.len() as f64),
+    // Each operation is written as it is made: the generator holds only what is live.
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, out);
+    let mut failed = None;
+    let written = generate_named(&kind, ops, seed, &mut |op| match write_op(&op, &mut out) {
+        Ok(()) => true,
+        Err(e) => {
+            failed = Some(e);
+            false
+        }
+    })
+    .unwrap_or(0);
+    match failed.map_or_else(|| out.flush(), Err) {
+        Ok(()) => Ok(written as f64),
         Err(e) if path.is_none() && e.kind() == std::io::ErrorKind::BrokenPipe => {
-            Ok(trace.len() as f64)
+            Ok(written as f64)
         }
         Err(e) => Err(cannot_write(
             path.as_deref().unwrap_or("standard output"),

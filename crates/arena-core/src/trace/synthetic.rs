@@ -39,35 +39,52 @@ impl TraceRng {
     }
 }
 
-/// Generated traces reserve room for at most this many operations up front; longer ones
-/// grow as they are generated, so a huge `ops` fails as the memory runs out rather than in
-/// one allocation of its whole size.
+/// Generated traces collected in memory reserve room for at most this many operations up
+/// front; longer ones grow as they are generated, so a huge `ops` fails as the memory runs out
+/// rather than in one allocation of its whole size. (`cuda-arena gen-trace` holds none: it
+/// writes each operation as it is made, [`generate_named`].)
 const PREALLOCATED_OPS: usize = 1 << 20;
+
+/// Where a generator puts each operation it makes; `false` stops it (a write failed).
+pub type OpSink<'a> = dyn FnMut(TraceOp) -> bool + 'a;
 
 /// Builds a generated trace of exactly `ops` operations. A generator allocates only while
 /// [`Builder::has_room`] (an allocation and its later free both fit), so the operations so
 /// far plus one free per live allocation never pass `ops`; [`Builder::finish`] then frees
 /// what is live and, when one operation is still missing, adds an allocation left live.
-struct Builder {
-    out: Vec<TraceOp>,
+/// Once the sink refuses an operation, nothing more is made.
+struct Builder<'s, 'a> {
+    sink: &'s mut OpSink<'a>,
+    /// Operations made so far.
+    len: usize,
     ops: usize,
     live: usize,
     next_id: u64,
+    stopped: bool,
 }
 
-impl Builder {
-    fn new(ops: usize) -> Self {
+impl<'s, 'a> Builder<'s, 'a> {
+    fn new(ops: usize, sink: &'s mut OpSink<'a>) -> Self {
         Builder {
-            out: Vec::with_capacity(ops.min(PREALLOCATED_OPS)),
+            sink,
+            len: 0,
             ops,
             live: 0,
             next_id: 1,
+            stopped: false,
         }
     }
 
-    /// Whether an allocation and its free both fit in the trace.
+    fn push(&mut self, op: TraceOp) {
+        if !self.stopped {
+            self.stopped = !(self.sink)(op);
+            self.len += 1;
+        }
+    }
+
+    /// Whether an allocation and its free both fit in the trace (and the sink takes more).
     fn has_room(&self) -> bool {
-        self.ops - self.out.len() >= self.live + 2
+        !self.stopped && self.ops - self.len >= self.live + 2
     }
 
     /// Allocation `size` as a new id; the caller checked [`Builder::has_room`].
@@ -75,7 +92,7 @@ impl Builder {
         let id = self.next_id;
         self.next_id += 1;
         self.live += 1;
-        self.out.push(TraceOp::Alloc {
+        self.push(TraceOp::Alloc {
             id,
             size,
             stream: 0,
@@ -91,24 +108,35 @@ impl Builder {
     /// Frees `id`, which is live.
     fn free(&mut self, id: u64) {
         self.live -= 1;
-        self.out.push(TraceOp::Free { id });
+        self.push(TraceOp::Free { id });
     }
 
     /// Frees `live` (every live id, in the order to free them), then pads the trace to
     /// exactly `ops` with allocations of `pad_size` left live (one at most, unless the
-    /// generator stopped with room left).
-    fn finish(mut self, live: impl IntoIterator<Item = u64>, pad_size: u64) -> Vec<TraceOp> {
+    /// generator stopped with room left). Returns how many operations the sink took.
+    fn finish(mut self, live: impl IntoIterator<Item = u64>, pad_size: u64) -> usize {
         for id in live {
-            if self.out.len() == self.ops {
+            if self.len == self.ops || self.stopped {
                 break;
             }
             self.free(id);
         }
-        while self.out.len() < self.ops {
+        while self.len < self.ops && !self.stopped {
             self.alloc(pad_size);
         }
-        self.out
+        // The operation the sink refused is not counted.
+        self.len - usize::from(self.stopped)
     }
+}
+
+/// Runs `generate` into a vector.
+fn collect(ops: usize, generate: impl FnOnce(&mut OpSink<'_>) -> usize) -> Vec<TraceOp> {
+    let mut out = Vec::with_capacity(ops.min(PREALLOCATED_OPS));
+    generate(&mut |op| {
+        out.push(op);
+        true
+    });
+    out
 }
 
 /// The benchmark trace: exactly `ops` operations, sizes log-uniform in `[min_size,
@@ -122,12 +150,28 @@ pub fn mixed_trace(
     max_live: usize,
     seed: u64,
 ) -> Vec<TraceOp> {
+    collect(ops, |sink| {
+        mixed_into(sink, ops, min_size, max_size, max_live, seed)
+    })
+}
+
+fn mixed_into(
+    sink: &mut OpSink<'_>,
+    ops: usize,
+    min_size: u64,
+    max_size: u64,
+    max_live: usize,
+    seed: u64,
+) -> usize {
     let mut rng = TraceRng::new(seed);
-    let mut b = Builder::new(ops);
+    let mut b = Builder::new(ops, sink);
     let max_live = max_live.max(1);
     let mut live: Vec<u64> = Vec::new();
     loop {
         let must_free = live.len() >= max_live || !b.has_room();
+        if b.stopped {
+            break;
+        }
         if !must_free && (live.is_empty() || rng.below(2) == 0) {
             live.push(b.alloc(rng.log_uniform(min_size, max_size)));
         } else if !live.is_empty() {
@@ -146,9 +190,13 @@ pub fn mixed_trace(
 /// within the layer; requests come one after another. Sizes vary a little between requests.
 /// Exactly `ops` operations; the weights are freed at the end when there is room.
 pub fn inference_trace(ops: usize, seed: u64) -> Vec<TraceOp> {
+    collect(ops, |sink| inference_into(sink, ops, seed))
+}
+
+fn inference_into(sink: &mut OpSink<'_>, ops: usize, seed: u64) -> usize {
     const WEIGHT: u64 = 16 << 20;
     let mut rng = TraceRng::new(seed);
-    let mut b = Builder::new(ops);
+    let mut b = Builder::new(ops, sink);
     let mut weights = Vec::new();
     // Live allocations other than weights, oldest first.
     let mut live: Vec<u64> = Vec::new();
@@ -197,10 +245,14 @@ pub fn small_trace(ops: usize, seed: u64) -> Vec<TraceOp> {
 /// larger by one block at a time (allocate the new size, free the old), and a finished
 /// sequence frees its buffer and a new one starts small. Exactly `ops` operations.
 pub fn growing_trace(ops: usize, seed: u64) -> Vec<TraceOp> {
+    collect(ops, |sink| growing_into(sink, ops, seed))
+}
+
+fn growing_into(sink: &mut OpSink<'_>, ops: usize, seed: u64) -> usize {
     const SEQS: usize = 16;
     const BLOCK: u64 = 256 << 10;
     let mut rng = TraceRng::new(seed);
-    let mut b = Builder::new(ops);
+    let mut b = Builder::new(ops, sink);
     let mut seqs: Vec<(u64, u64)> = Vec::new();
     for _ in 0..SEQS {
         match b.try_alloc(BLOCK) {
@@ -227,11 +279,28 @@ pub fn growing_trace(ops: usize, seed: u64) -> Vec<TraceOp> {
 
 /// The named trace shapes of the benchmarks and `cuda-arena gen-trace`.
 pub fn named_trace(kind: &str, ops: usize, seed: u64) -> Option<Vec<TraceOp>> {
+    is_named(kind).then(|| {
+        collect(ops, |sink| {
+            generate_named(kind, ops, seed, sink).unwrap_or(0)
+        })
+    })
+}
+
+/// Whether `kind` names a trace shape of [`named_trace`].
+pub fn is_named(kind: &str) -> bool {
+    matches!(kind, "inference" | "mixed" | "small" | "growing")
+}
+
+/// [`named_trace`] handed to `sink` one operation at a time as it is made, holding only the
+/// live allocations (`cuda-arena gen-trace` writes 10^8 operations in a few MiB). Returns how
+/// many operations the sink took (all `ops` unless it refused one), or `None` for an unknown
+/// kind.
+pub fn generate_named(kind: &str, ops: usize, seed: u64, sink: &mut OpSink<'_>) -> Option<usize> {
     Some(match kind {
-        "inference" => inference_trace(ops, seed),
-        "mixed" => mixed_trace(ops, 256, 64 << 20, 2000, seed),
-        "small" => small_trace(ops, seed),
-        "growing" => growing_trace(ops, seed),
+        "inference" => inference_into(sink, ops, seed),
+        "mixed" => mixed_into(sink, ops, 256, 64 << 20, 2000, seed),
+        "small" => mixed_into(sink, ops, 8, 64 << 10, 4000, seed),
+        "growing" => growing_into(sink, ops, seed),
         _ => return None,
     })
 }
@@ -321,9 +390,50 @@ mod tests {
 
     #[test]
     fn a_huge_operation_count_does_not_allocate_its_whole_size_up_front() {
-        // Capacity for 2^60 operations would abort; the builder reserves a bounded amount.
-        let b = Builder::new(1 << 60);
-        assert!(b.out.capacity() <= PREALLOCATED_OPS);
+        // Capacity for 2^60 operations would abort; a collected trace reserves a bounded
+        // amount (and this sink stops the generator at once).
+        let t = collect(1 << 60, |sink| {
+            let mut first = true;
+            mixed_into(
+                &mut |op| std::mem::replace(&mut first, false) && sink(op),
+                1 << 60,
+                256,
+                4096,
+                10,
+                1,
+            )
+        });
+        assert_eq!(t.len(), 1);
+        assert!(t.capacity() <= PREALLOCATED_OPS);
+    }
+
+    #[test]
+    fn a_streamed_trace_is_the_collected_one_op_for_op() {
+        for kind in ["inference", "mixed", "small", "growing"] {
+            for ops in [0, 1, 2, 3, 999, 20_000] {
+                let mut streamed = Vec::new();
+                let n = generate_named(kind, ops, 5, &mut |op| {
+                    streamed.push(op);
+                    true
+                });
+                assert_eq!(n, Some(ops), "{kind} {ops}");
+                assert_eq!(Some(streamed), named_trace(kind, ops, 5), "{kind} {ops}");
+            }
+        }
+        assert_eq!(generate_named("huge", 10, 1, &mut |_| true), None);
+    }
+
+    #[test]
+    fn a_sink_that_refuses_stops_the_generator_at_once() {
+        for kind in ["inference", "mixed", "small", "growing"] {
+            let mut calls = 0usize;
+            let n = generate_named(kind, 100_000_000, 1, &mut |_| {
+                calls += 1;
+                calls < 1000
+            });
+            assert_eq!(n, Some(999), "{kind}: what the sink took");
+            assert_eq!(calls, 1000, "{kind}: nothing offered after the refusal");
+        }
     }
 
     #[test]
