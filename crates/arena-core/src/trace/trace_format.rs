@@ -141,6 +141,15 @@ impl<'a> Fields<'a> {
 
 fn uint(key: &str, v: &Value<'_>) -> Result<u64, String> {
     match v {
+        // JSON has no leading zeros: `010` is malformed, not ten (nor eight).
+        Value::Num(n)
+            if n.len() > 1 && n.starts_with('0') && n.bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            Err(format!(
+                "{key} {} has a leading zero, which JSON does not allow",
+                cut(n)
+            ))
+        }
         Value::Num(n) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => n
             .parse()
             .map_err(|_| format!("{key} {} does not fit in 64 bits", cut(n))),
@@ -570,6 +579,22 @@ mod tests {
         let e = parse_trace_reader(std::io::BufReader::new(lines), true, usize::MAX)
             .expect_err("endless");
         assert_eq!(e.line, MAX_TRACE_LINES + 1);
+    }
+
+    #[test]
+    fn a_number_with_a_leading_zero_is_malformed_and_zero_itself_is_not() {
+        let e = parse_trace("{\"op\":\"alloc\",\"id\":1,\"size\":010}\n", false)
+            .expect_err("leading zero");
+        assert_eq!(e.line, 1);
+        assert!(e.message.contains("leading zero"), "{e}");
+        let e = parse_trace("{\"op\":\"free\",\"id\":00}\n", false).expect_err("00");
+        assert!(e.message.contains("leading zero"), "{e}");
+        let t = parse_trace(
+            "{\"op\":\"alloc\",\"id\":0,\"size\":0,\"stream\":0}\n{\"op\":\"free\",\"id\":0}\n",
+            false,
+        )
+        .expect("zeros");
+        assert_eq!(t.ops.len(), 2);
     }
 
     // Issue 11, item 16: one invalid byte refused the whole file, with no line.
