@@ -222,7 +222,8 @@ impl HostApi {
         let name = unsafe { CStr::from_ptr(name) }.to_string_lossy();
         let kind = MemoryKind::from_name(&name).ok_or_else(|| {
             invalid(format!(
-                "memory info {name:?} is not one cuda-arena serves (Cuda, CudaPinned or Cpu)"
+                "memory info \"{}\" is not one cuda-arena serves (Cuda, CudaPinned or Cpu)",
+                cuda_arena_core::escaped(&name)
             ))
         })?;
         let mut id: c_int = 0;

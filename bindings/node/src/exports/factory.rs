@@ -175,7 +175,8 @@ impl NativeFactory {
         let device_id = u32_arg("deviceId", device_id)?;
         let kind = MemoryKind::from_name(&name).ok_or_else(|| {
             invalid(format!(
-                "memory info name must be 'Cuda', 'CudaPinned' or 'Cpu', got {name:?}"
+                "memory info name must be 'Cuda', 'CudaPinned' or 'Cpu', got \"{}\"",
+                cuda_arena_core::escaped(&name)
             ))
         })?;
         let allocator_type = match allocator_type.as_str() {

@@ -523,7 +523,8 @@ impl Names {
             if let Some(factory) = weak.upgrade() {
                 if existing_spec != spec {
                     return Err(ArenaError::invalid_argument(format!(
-                        "a factory named {name:?} already exists with {existing_spec}; this one asks for {spec}"
+                        "a factory named \"{}\" already exists with {existing_spec}; this one asks for {spec}",
+                        crate::types::error::escaped(name)
                     )));
                 }
                 return Ok(factory);
@@ -643,6 +644,24 @@ mod tests {
         assert_eq!(names.by_name.len(), 1);
         assert_eq!(names.by_name["a"].0, "virtual:1");
         drop(second);
+    }
+
+    #[test]
+    fn a_huge_factory_name_makes_a_short_message() {
+        let mut names = Names::default();
+        let name = "x".repeat(4_000_000);
+        let _kept = names
+            .get_or_make(&name, "host:1", || sim_factory(&name))
+            .expect("made");
+        let err = names
+            .get_or_make(&name, "virtual:1", || sim_factory(&name))
+            .expect_err("another backend");
+        let message = err.to_string();
+        assert!(message.len() < 1_000, "{} bytes", message.len());
+        assert!(
+            message.contains("xxx…\" already exists with host:1"),
+            "{message}"
+        );
     }
 
     #[test]
