@@ -25,9 +25,20 @@ def _invalid(message: str) -> CudaArenaError:
     return CudaArenaError(ERR_ARENA_INVALID_CONFIG, message)
 
 
+def _utf8(text: str, what: str) -> str:
+    # The library takes UTF-8; a lone surrogate ('\ud800', or a byte os.fsdecode escaped) has
+    # no UTF-8 form, and str.encode would raise UnicodeEncodeError instead of a coded error.
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _invalid(f"{what} is not valid UTF-8 (it holds a lone surrogate), got {text!r}") from None
+    return text
+
+
 def _key(key: object) -> str:
     if not isinstance(key, str):
         raise _invalid(f"a config key must be a str, got {_describe(key)}")
+    _utf8(key, f"config key {key!r}")
     for bad in ("=", ",", "\0"):
         if bad in key:
             raise _invalid(f"config key {key!r} contains {bad!r}")
@@ -40,7 +51,7 @@ def _value(key: str, value: object) -> str:
     # bool is an int in Python; True would read as 1 byte for a size key.
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise _invalid(f"{key} must be an int or a str, got {_describe(value)}")
-    text = str(value)
+    text = _utf8(str(value), f"the value of {key}")
     for bad in (",", "\0"):
         if bad in text:
             raise _invalid(f"the value of {key} contains {bad!r}, got {text!r}")
@@ -79,5 +90,5 @@ def conf_string(config: Optional[Config]) -> str:
     if isinstance(config, str):
         if "\0" in config:
             raise _invalid(f"config contains a NUL character, got {config!r}")
-        return config
+        return _utf8(config, "config")
     return ",".join(f"{k}={v}" for k, v in pairs(config))

@@ -41,6 +41,9 @@ def _path_bytes(path: object) -> bytes:
         raw = os.fsencode(path)  # type: ignore[arg-type]
     except TypeError:
         raise invalid_argument("path", "must be a str, bytes or os.PathLike", path) from None
+    except UnicodeEncodeError:
+        # A lone surrogate outside os.fsdecode's escapes ('\ud800') names no file.
+        raise invalid_argument("path", "has no file-system encoding (a lone surrogate)", path) from None
     if raw == b"" or b"\0" in raw:
         raise invalid_argument("path", "must be a non-empty path without NUL characters", path)
     return raw

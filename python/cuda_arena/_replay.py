@@ -28,7 +28,8 @@ def replay(path: PathArg, config: Optional[Config] = None, backend: str = "virtu
     or an unknown backend.
     """
     raw = _path_bytes(path)
-    if not isinstance(backend, str) or "\0" in backend:
+    if not isinstance(backend, str) or "\0" in backend or not backend.isascii():
+        # The library names the backends it knows; every one is ASCII.
         raise invalid_argument("backend", "must be 'virtual' or 'cuda'", backend)
     kv = pairs(config)
     keys = (ctypes.c_char_p * max(len(kv), 1))(*[k.encode() for k, _ in kv])

@@ -42,7 +42,7 @@ class Arguments(unittest.TestCase):
         expect_error("ERR_ARENA_INVALID_ARGUMENT", lambda: ct.memory_stats(1), "device 1")
 
     def test_recording_paths_must_be_paths(self) -> None:
-        for path in (None, 5, 2**100, 1.5, [b"x"], "", "a\0b", b"a\0b"):
+        for path in (None, 5, 2**100, 1.5, [b"x"], "", "a\0b", b"a\0b", "/tmp/\ud800"):
             with self.subTest(path=path):
                 expect_error("ERR_ARENA_INVALID_ARGUMENT", lambda: ct.start_recording(path), "path")
                 self.assertFalse(ct._recording.recording(0))
@@ -56,14 +56,17 @@ class Arguments(unittest.TestCase):
         expect_error("ERR_ARENA_INVALID_ARGUMENT", ct.stop_recording, "not being recorded")
 
     def test_replay_arguments(self) -> None:
-        for path in (None, 5, ""):
+        for path in (None, 5, "", "/tmp/\ud800"):
             with self.subTest(path=path):
                 expect_error("ERR_ARENA_INVALID_ARGUMENT", lambda: cuda_arena.replay(path), "path")
-        for backend in (None, 5, "gpu", "a\0"):
+        for backend in (None, 5, "gpu", "a\0", "\ud800", "cuda\udcff"):
             with self.subTest(backend=backend):
                 expect_error("ERR_ARENA_INVALID_ARGUMENT", lambda: cuda_arena.replay("/dev/null", backend=backend))
         expect_error("ERR_ARENA_INVALID_CONFIG", lambda: cuda_arena.replay("/dev/null", {"max_mem": "8GB"}),
                      "arena.max_mem")
+        for config in ({"max_mem": "\ud800"}, {"\ud800": 1}, {"max_mem": "1\udcff"}):
+            with self.subTest(config=config):
+                expect_error("ERR_ARENA_INVALID_CONFIG", lambda: cuda_arena.replay("/dev/null", config), "UTF-8")
         expect_error("ERR_ARENA_INVALID_ARGUMENT", lambda: cuda_arena.replay("/no/such/file.jsonl"),
                      "/no/such/file.jsonl")
 

@@ -112,6 +112,8 @@ class Config(ChildCase):
             "mapping": ['5', '[("arena.max_mem", 1)]'],
             "NUL": ['"arena.max_mem=1\\0"'],
             "ep.": ['"ep.cuda.arena.max_mem=1"'],
+            # A lone surrogate has no UTF-8 form: a coded error, not UnicodeEncodeError.
+            "UTF-8": ['{"arena.max_mem": "\\ud800"}', '"arena.max_mem=\\ud800"', '{"\\ud800": 1}'],
         }
         for key, configs in bad.items():
             for given in configs:
