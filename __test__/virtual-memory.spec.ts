@@ -65,6 +65,21 @@ test('on virtual, the device arena holds whole 2 MiB pages and gives them all ba
   t.is(f.deviceStats(0).rawBytesOutstanding, 0n)
 })
 
+test('deviceStats counts the waits for the device: an unmap of pages used on no stream is one', (t) => {
+  const f = factory('virtual')
+  const a = f.createAllocator({ name: 'Cuda' })
+  t.is(f.deviceStats(0).deviceWaits, 0n)
+  const p = a.alloc(8n * MIB)!
+  a.free(p)
+  t.is(f.deviceStats(0).deviceWaits, 0n, 'a free keeps its pages mapped: nothing to wait for')
+  a.shrink!()
+  t.is(a.getStats().totalAllocated, 0n)
+  t.is(f.deviceStats(0).deviceWaits, 1n, 'work on no stream may use the pages: the unmap waited')
+  a.shrink!()
+  t.is(f.deviceStats(0).deviceWaits, 1n, 'nothing left to unmap')
+  f.releaseAllocator(a)
+})
+
 test('on host, written bytes read back while the pages around them are unmapped', (t) => {
   const f = factory('host')
   const a = f.createAllocator({ name: 'Cuda' }, {

@@ -45,6 +45,13 @@ export interface DeviceStats {
   rawFrees: bigint
   rawFailures: bigint
   rawBytesOutstanding: bigint
+  /**
+   * Times the allocators of this device waited for its queued work (a synchronization before
+   * unmapping pages that work might still use, or to settle what streams freed; a wait for one
+   * stream's event): each stalls the calling thread while the GPU is busy. On `host` and
+   * `virtual`, the calls that would wait on a GPU.
+   */
+  deviceWaits: bigint
   free?: bigint
   total?: bigint
 }

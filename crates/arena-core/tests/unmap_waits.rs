@@ -3,14 +3,17 @@
 //! on host streams whose events say their work is past those frees are unmapped with no wait;
 //! a chunk handed out with no stream, a stream without events, or a free not yet known done
 //! makes the unmap wait, as every unmap did before. `AddressSpaceVm::waiting_unmaps` counts the
-//! unmaps that would have waited on CUDA.
+//! unmaps that would have waited on CUDA, and the device's stats (`RawStats::device_waits`,
+//! `deviceWaits` in Node) count them with every other wait for the device, as users see them.
 
 mod common;
 
 use common::*;
+use cuda_arena_core::trace::synthetic::named_trace;
+use cuda_arena_core::trace::{replay, TraceOp};
 use cuda_arena_core::{
     AddressSpaceAllocator, AddressSpaceVm, Allocator, Arena, DeviceLimits, ForeignStreams,
-    SimEvents, Stream, StreamEvents, VirtualMemory,
+    HostAllocator, RawAllocator, SimEvents, Stream, StreamEvents, VirtualMemory,
 };
 use std::sync::Arc;
 
@@ -21,11 +24,27 @@ const PAGE: u64 = 2 * MIB;
 fn setup(
     events: Arc<dyn StreamEvents>,
 ) -> (Arena<AddressSpaceAllocator>, AddressSpaceVm, ForeignStreams) {
+    setup_with(events, &[])
+}
+
+/// [`setup`] with config `pairs`.
+fn setup_with(
+    events: Arc<dyn StreamEvents>,
+    pairs: &[(&str, &str)],
+) -> (Arena<AddressSpaceAllocator>, AddressSpaceVm, ForeignStreams) {
     let raw = AddressSpaceAllocator::new(DeviceLimits::with_total(GIB)).with_granularity(PAGE);
     let vm = raw.vm();
     let shared: Arc<dyn VirtualMemory> = Arc::new(vm.clone());
-    let a = Arena::with_virtual_memory(raw, shared, config(&[])).expect("arena");
+    let a = Arena::with_virtual_memory(raw, shared, config(pairs)).expect("arena");
     (a, vm, ForeignStreams::with_events(Some(events)))
+}
+
+/// The waits for the device the virtual memory counted: unmaps that waited and
+/// synchronizations. The device's stats say the same.
+fn device_waits(a: &Arena<AddressSpaceAllocator>, vm: &AddressSpaceVm) -> u64 {
+    let waits = vm.waiting_unmaps() + vm.synchronizations();
+    assert_eq!(a.raw().raw_stats().device_waits, waits, "deviceWaits");
+    waits
 }
 
 /// Allocates and frees 64 MiB on `s` (no stream: `None`).
@@ -42,7 +61,79 @@ fn shrink(a: &Arena<AddressSpaceAllocator>, vm: &AddressSpaceVm) -> u64 {
     a.shrink().expect("shrink");
     assert_eq!(vm.mapped_bytes(), 0, "every page unmapped");
     a.check_invariants().expect("invariants");
+    device_waits(a, vm);
     vm.waiting_unmaps()
+}
+
+#[test]
+fn device_stats_count_an_unmap_that_waits_for_the_device() {
+    let (a, vm, _streams) = setup(SimEvents::immediate());
+    use_once(&a, None);
+    assert_eq!(a.raw().raw_stats().device_waits, 0, "nothing waited yet");
+    a.shrink().expect("shrink");
+    assert_eq!(device_waits(&a, &vm), 1, "no stream: the unmap waited");
+}
+
+#[test]
+fn on_host_device_stats_count_the_unmaps_cuda_would_wait_in_as_on_virtual() {
+    let raw = HostAllocator::new(DeviceLimits::with_total(GIB));
+    let vm: Arc<dyn VirtualMemory> = Arc::new(raw.vm());
+    let a = Arena::with_virtual_memory(raw, vm, config(&[])).expect("arena");
+    let streams = ForeignStreams::with_events(Some(SimEvents::immediate()));
+    let s = streams.get(7).expect("stream");
+    let p = a.alloc_on_stream(8 * MIB, &s).expect("fits").expect("addr");
+    a.free(p).expect("free");
+    s.free_events().expect("events").advance();
+    a.shrink().expect("shrink");
+    assert_eq!(a.raw().raw_stats().device_waits, 0, "known done: no wait");
+    let q = a.alloc(8 * MIB).expect("fits").expect("addr");
+    a.free(q).expect("free");
+    a.shrink().expect("shrink");
+    assert_eq!(a.raw().raw_stats().device_waits, 1, "no stream: one wait");
+}
+
+/// Three passes of a `mixed` sample (allocations up to 64 MiB) under the strict headroom, so
+/// that pages go back and come again every pass, all on one host stream whose events say its
+/// work is done (`on_stream`) or all on no stream. Returns the unmaps and the waits for the
+/// device.
+fn churning_passes(on_stream: bool) -> (u64, u64) {
+    let (a, vm, streams) = setup_with(
+        SimEvents::immediate(),
+        &[("arena.vm_churn_headroom_percent", "0")],
+    );
+    let s = streams.get(7).expect("stream");
+    let trace: Vec<TraceOp> = named_trace("mixed", 20_000, 3)
+        .expect("mixed")
+        .into_iter()
+        .map(|op| match op {
+            TraceOp::Alloc { id, size, .. } => TraceOp::Alloc {
+                id,
+                size: size.min(64 * MIB),
+                stream: u32::from(on_stream),
+            },
+            other => other,
+        })
+        .collect();
+    for _ in 0..3 {
+        replay(&a, &trace, std::slice::from_ref(&s), false).expect("replay");
+    }
+    a.check_invariants().expect("invariants");
+    (a.raw().raw_stats().raw_frees, device_waits(&a, &vm))
+}
+
+/// Issue 25: a server in a steady state on one host stream (ONNX Runtime's, PyTorch's) whose
+/// events say its work is done unmaps and maps pages past the headroom, but never stalls on
+/// the device to do it; the same work on no stream waits at its unmaps.
+#[test]
+fn warm_passes_on_a_host_stream_whose_work_is_done_unmap_pages_without_waiting() {
+    let (unmaps, waits) = churning_passes(true);
+    assert!(unmaps > 0, "pages were unmapped");
+    assert_eq!(waits, 0);
+    let (unmaps, waits) = churning_passes(false);
+    assert!(
+        unmaps > 0 && waits > 0,
+        "on no stream: {unmaps} unmaps, {waits} waits"
+    );
 }
 
 #[test]

@@ -5,6 +5,7 @@ use crate::availability::ensure_cuda;
 use crate::driver::{self, CUdevice};
 use cuda_arena_core::Result;
 use cudarc::driver::sys::CUdevice_attribute as Attr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// A GPU as the driver reports it.
@@ -36,6 +37,8 @@ pub(crate) struct DeviceContext {
     /// The `CUcontext`, kept as an integer so the type is `Send + Sync` (the driver's
     /// contexts may be used from any thread).
     ctx: usize,
+    /// Waits for the device's work the allocators of this device made (`deviceWaits`).
+    waits: AtomicU64,
 }
 
 impl DeviceContext {
@@ -44,7 +47,30 @@ impl DeviceContext {
         ensure_cuda()?;
         let dev = driver::device(ordinal)?;
         let ctx = driver::primary_ctx_retain(dev)? as usize;
-        Ok(Arc::new(DeviceContext { ordinal, dev, ctx }))
+        Ok(Arc::new(DeviceContext {
+            ordinal,
+            dev,
+            ctx,
+            waits: AtomicU64::new(0),
+        }))
+    }
+
+    /// Waits for all work queued on this context (`cuCtxSynchronize`), counted as one of the
+    /// device's waits. The context must be current.
+    pub(crate) fn synchronize(&self) -> Result<()> {
+        driver::ctx_synchronize()?;
+        self.count_wait();
+        Ok(())
+    }
+
+    /// Counts a wait for the device's work made some other way (an event's).
+    pub(crate) fn count_wait(&self) {
+        self.waits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The waits counted so far.
+    pub(crate) fn waits(&self) -> u64 {
+        self.waits.load(Ordering::Relaxed)
     }
 
     /// Makes this device's context current on the calling thread until the guard is dropped.

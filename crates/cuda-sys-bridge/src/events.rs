@@ -71,7 +71,9 @@ impl StreamEvents for CudaEvents {
 
     fn synchronize(&self, event: u64) -> Result<()> {
         let _current = self.ctx.make_current()?;
-        driver::event_synchronize(event as usize as driver::CUevent)
+        driver::event_synchronize(event as usize as driver::CUevent)?;
+        self.ctx.count_wait();
+        Ok(())
     }
 
     fn stream_wait(&self, stream: u64, event: u64) -> Result<()> {
@@ -97,7 +99,7 @@ impl StreamEvents for CudaEvents {
 
     fn synchronize_device(&self) -> Result<()> {
         let _current = self.ctx.make_current()?;
-        driver::ctx_synchronize()
+        self.ctx.synchronize()
     }
 
     fn stream_identity(&self, stream: u64) -> Option<u64> {

@@ -209,13 +209,13 @@ impl CudaPoolAllocator {
         };
         // Every stream's work first: then no block is in use, and each is freed on the legacy
         // stream (a host's stream may be gone by now).
-        let _ = driver::ctx_synchronize();
+        let _ = self.ctx.synchronize();
         for (addr, _, _) in st.live.drain() {
             let _ = driver::free_async(addr, driver::stream_from_u64(0));
         }
         st.stats = AllocatorStats::default();
         // Every stream's frees must land before the memory goes back.
-        let _ = driver::ctx_synchronize();
+        let _ = self.ctx.synchronize();
         let _ = driver::pool_trim_to(self.raw_pool(), 0);
     }
 }
@@ -285,7 +285,7 @@ impl Allocator for CudaPoolAllocator {
         // what the host freed on its streams just before (torch's empty_cache) stays held
         // (measured on an H100: 32-96 MiB kept with nothing live). ORT's mempool arena also
         // synchronizes its streams before it trims.
-        driver::ctx_synchronize()?;
+        self.ctx.synchronize()?;
         driver::pool_trim_to(self.raw_pool(), self.bytes_to_keep_on_shrink)?;
         st.stats.num_arena_shrinkages += 1;
         Ok(())

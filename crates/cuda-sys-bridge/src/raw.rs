@@ -71,6 +71,7 @@ pub(crate) fn device_stats(ctx: &DeviceContext, ledger: &Mutex<DeviceBlocks>) ->
     Ok(RawStats {
         free: Some(free),
         total: Some(total),
+        device_waits: ctx.waits(),
         ..ledger.lock().stats
     })
 }
@@ -129,7 +130,10 @@ impl RawAllocator for CudaRawAllocator {
     }
 
     fn raw_stats(&self) -> RawStats {
-        let stats = self.ledger.lock().stats;
+        let stats = RawStats {
+            device_waits: self.ctx.waits(),
+            ..self.ledger.lock().stats
+        };
         match self.ctx.mem_info() {
             Ok((free, total)) => RawStats {
                 free: Some(free),

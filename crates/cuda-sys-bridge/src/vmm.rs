@@ -102,7 +102,7 @@ impl CudaVirtualMemory {
         ranges.check_unmap(addr, len)?;
         let _current = self.ctx.make_current()?;
         if wait {
-            driver::ctx_synchronize()?;
+            self.ctx.synchronize()?;
         }
         // One call for the run of whole mappings (one cuMemUnmap may cover several: an H100
         // unmaps 16 one-granule mappings in one call at 17-21 against 29-39 us per granule
@@ -181,7 +181,7 @@ impl VirtualMemory for CudaVirtualMemory {
 
     fn synchronize(&self) -> Result<()> {
         let _current = self.ctx.make_current()?;
-        driver::ctx_synchronize()?;
+        self.ctx.synchronize()?;
         self.synchronizations
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(())
@@ -254,7 +254,7 @@ impl Drop for CudaVirtualMemory {
         let Ok(_current) = self.ctx.make_current() else {
             return;
         };
-        let _ = driver::ctx_synchronize();
+        let _ = self.ctx.synchronize();
         let g = self.granularity;
         for (base, size) in left {
             let mut at = 0;

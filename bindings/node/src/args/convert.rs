@@ -145,6 +145,7 @@ pub struct JsDeviceStats {
     pub raw_frees: BigInt,
     pub raw_failures: BigInt,
     pub raw_bytes_outstanding: BigInt,
+    pub device_waits: BigInt,
     pub free: Option<BigInt>,
     pub total: Option<BigInt>,
 }
@@ -156,6 +157,7 @@ impl From<RawStats> for JsDeviceStats {
             raw_frees: big(s.raw_frees),
             raw_failures: big(s.raw_failures),
             raw_bytes_outstanding: big(s.raw_bytes_outstanding),
+            device_waits: big(s.device_waits),
             free: s.free.map(big),
             total: s.total.map(big),
         }

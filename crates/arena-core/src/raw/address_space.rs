@@ -153,7 +153,11 @@ impl RawAllocator for AddressSpaceAllocator {
     }
 
     fn raw_stats(&self) -> RawStats {
-        self.space.lock().ledger.stats()
+        let space = self.space.lock();
+        RawStats {
+            device_waits: space.waiting_unmaps + space.synchronizations,
+            ..space.ledger.stats()
+        }
     }
 }
 

@@ -37,6 +37,9 @@ struct HostState {
     vm: Reservations,
     /// [`VirtualMemory::synchronize`] calls (nothing runs asynchronously here to wait for).
     synchronizations: u64,
+    /// [`VirtualMemory::unmap`] calls, which CUDA's would wait for the device in (not
+    /// [`VirtualMemory::unmap_idle`]'s).
+    waiting_unmaps: u64,
 }
 
 impl Drop for HostLedger {
@@ -77,6 +80,7 @@ impl HostAllocator {
                 ledger: SimDevice::new(limits),
                 vm: Reservations::new(os::page_size()),
                 synchronizations: 0,
+                waiting_unmaps: 0,
             }))),
             info: MemoryInfo::new(MemoryKind::Cpu, 0),
         }
@@ -122,7 +126,11 @@ impl RawAllocator for HostAllocator {
     }
 
     fn raw_stats(&self) -> RawStats {
-        self.ledger.0.lock().ledger.stats()
+        let state = self.ledger.0.lock();
+        RawStats {
+            device_waits: state.synchronizations + state.waiting_unmaps,
+            ..state.ledger.stats()
+        }
     }
 
     fn write(&self, addr: u64, data: &[u8]) -> Result<()> {
@@ -235,6 +243,12 @@ impl VirtualMemory for HostVm {
     }
 
     fn unmap(&self, addr: u64, len: u64) -> Result<()> {
+        self.unmap_idle(addr, len)?;
+        self.ledger.0.lock().waiting_unmaps += 1;
+        Ok(())
+    }
+
+    fn unmap_idle(&self, addr: u64, len: u64) -> Result<()> {
         let mut state = self.ledger.0.lock();
         state.vm.check_unmap(addr, len)?;
         // SAFETY: the range is mapped memory of a reservation (checked above); the arena
