@@ -65,6 +65,16 @@ class Stats(ctypes.Structure):
     ]
 
 
+class DeviceStats(ctypes.Structure):
+    """``cuda_arena_device_stats``: what reached a device's driver (``deviceStats`` in
+    TypeScript)."""
+
+    _fields_ = [
+        (name, ctypes.c_uint64)
+        for name in ("raw_allocs", "raw_frees", "raw_failures", "raw_bytes_outstanding", "device_waits")
+    ]
+
+
 _c_char_pp = ctypes.POINTER(ctypes.c_char_p)
 
 # name: (restype, argtypes), the header's declarations of the functions this package calls.
@@ -95,6 +105,7 @@ _SIGNATURES = {
     "cuda_arena_string_free": (None, [ctypes.c_void_p]),
     "cuda_arena_torch_init": (None, [ctypes.c_int]),
     "cuda_arena_torch_stats": (ctypes.c_int, [ctypes.c_int, ctypes.POINTER(Stats)]),
+    "cuda_arena_torch_device_stats": (ctypes.c_int, [ctypes.c_int, ctypes.POINTER(DeviceStats)]),
 }
 
 _lock = threading.Lock()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Dict, Tuple
 
-from ._library import Stats
+from ._library import DeviceStats, Stats
 
 #: ONNX Runtime's ``GetStats`` keys, in its order, and the ``cuda_arena_stats`` field of each.
 ORT_KEYS: Tuple[Tuple[str, str], ...] = (
@@ -40,8 +40,19 @@ TORCH_KEYS: Tuple[Tuple[str, str], ...] = (
 )
 
 
-def stats_dict(s: Stats) -> Dict[str, int]:
+#: ``torch.cuda.memory_stats()`` names for what reached the device's driver
+#: (``cuda_arena_device_stats``): a mapping of pages is one driver allocation, an unmapping one
+#: free, and torch's synchronizations of every stream are the waits for the device.
+TORCH_DEVICE_KEYS: Tuple[Tuple[str, str], ...] = (
+    ("num_device_alloc", "raw_allocs"),
+    ("num_device_free", "raw_frees"),
+    ("num_sync_all_streams", "device_waits"),
+)
+
+
+def stats_dict(s: Stats, d: DeviceStats) -> Dict[str, int]:
     """Every ORT key, then every torch name, each with its value."""
     out = {key: int(getattr(s, field)) for key, field in ORT_KEYS}
     out.update((key, int(getattr(s, field))) for key, field in TORCH_KEYS)
+    out.update((key, int(getattr(d, field))) for key, field in TORCH_DEVICE_KEYS)
     return out

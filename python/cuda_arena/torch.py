@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Dict, Optional, Tuple, cast
 from . import _recording, _setup
 from ._config import Config, conf_string
 from ._devices import Device, device_index
-from ._library import OK, Stats, address, error, library_path, load
+from ._library import OK, DeviceStats, Stats, address, error, library_path, load
 from ._recording import PathArg
 from ._stats import stats_dict
 from .errors import (
@@ -160,14 +160,23 @@ def memory_stats(device: Device = None) -> Dict[str, int]:
     blocks handed out), ``allocated_bytes.all.peak`` (``MaxInUse``),
     ``requested_bytes.all.current`` (``RequestedInUse``), ``reserved_bytes.all.current``
     (``TotalAllocated``: held from the driver), ``allocation.all.allocated`` (``NumAllocs``)
-    and ``segment.all.current`` (``NumArenaExtensions``: regions held).
+    and ``segment.all.current`` (``NumArenaExtensions``: regions held); and what reached the
+    device's driver: ``num_device_alloc`` and ``num_device_free`` (driver allocations and
+    frees: a mapping of pages is one, an unmapping one), ``num_sync_all_streams`` (the times
+    the allocator waited for the device's queued work, each a stall while the GPU is busy).
 
     Raises :class:`~cuda_arena.CudaArenaError`: ``ERR_ARENA_INVALID_ARGUMENT`` for a device
     that is not a CUDA device index below 64, the config's error when it is bad,
     ``ERR_NO_CUDA`` without a driver or device.
     """
     _setup.read()
-    return stats_dict(_stats(device_index(device)))
+    index = device_index(device)
+    stats = _stats(index)
+    out = DeviceStats()
+    rc = load().cuda_arena_torch_device_stats(index, ctypes.byref(out))
+    if rc != OK:
+        raise error(rc)
+    return stats_dict(stats, out)
 
 
 def memory_allocated(device: Device = None) -> int:

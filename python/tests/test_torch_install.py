@@ -49,6 +49,10 @@ def case_torch_calls_every_entry_point_through_its_address() -> None:
     s = ct.memory_stats("cuda:0")
     assert s["reserved_bytes.all.current"] == s["TotalAllocated"] == 0, s
     assert s["segment.all.current"] == 0, s
+    # The pages went back to the driver, after one wait for the device's work (on the host
+    # backend, the call that would wait on a GPU).
+    assert s["num_device_alloc"] >= 1 and s["num_device_free"] >= 1, s
+    assert s["num_sync_all_streams"] == 1, s
 
 
 def case_the_memory_fraction_limits_what_the_device_holds() -> None:
@@ -78,6 +82,15 @@ def case_stats_are_the_c_stats() -> None:
                        ("Limit", "limit"), ("MaxAllocSize", "max_alloc_size"),
                        ("NumArenaExtensions", "num_arena_extensions")):
         assert s[key] == getattr(raw, field), (key, s[key], getattr(raw, field))
+    from cuda_arena._library import DeviceStats
+
+    device = DeviceStats()
+    assert lib.cuda_arena_torch_device_stats(0, ctypes.byref(device)) == 0
+    s = ct.memory_stats(0)
+    for key, field in (("num_device_alloc", "raw_allocs"), ("num_device_free", "raw_frees"),
+                       ("num_sync_all_streams", "device_waits")):
+        assert s[key] == getattr(device, field), (key, s[key], getattr(device, field))
+    assert device.raw_bytes_outstanding == s["TotalAllocated"] > 0, (device.raw_bytes_outstanding, s)
     assert ct.memory_allocated(0) == raw.in_use and ct.max_memory_allocated(0) == raw.max_in_use
     for p, size in zip(ps, (1000, 5000, 70000)):
         a.free(p, size, 0, None)

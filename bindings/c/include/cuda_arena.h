@@ -42,6 +42,17 @@ typedef struct {
       num_arena_extensions, num_arena_shrinkages, max_alloc_size, requested_in_use, reserved_bytes;
 } cuda_arena_stats;
 
+/* What reached a device's driver from every allocator of that device and backend in the
+ * process (TypeScript's deviceStats): driver allocations and frees (a mapping of pages counts
+ * as one allocation, an unmapping as one free), refused requests, bytes outstanding, and
+ * device_waits: the times those allocators waited for the device's queued work (a
+ * synchronization before unmapping pages that work might still use, or to settle what streams
+ * freed, or a wait for one stream's event), each a stall of the calling thread while the GPU
+ * is busy. On "host" and "virtual", the calls that would wait on a GPU. */
+typedef struct {
+  uint64_t raw_allocs, raw_frees, raw_failures, raw_bytes_outstanding, device_waits;
+} cuda_arena_device_stats;
+
 /* backend: "cuda" | "host" | "virtual"; memory: "Cuda" | "CudaPinned" | "Cpu";
  * keys/values: n arena.* pairs (may be NULL when n is 0). Allocators of one backend, memory
  * and device share one arena, as in ONNX Runtime's CUDA plugin; each create is one user.
@@ -80,6 +91,8 @@ void* cuda_arena_reserve(cuda_arena_allocator* a, size_t size);
 int cuda_arena_free(cuda_arena_allocator* a, void* p); /* free(NULL) is CUDA_ARENA_OK */
 int cuda_arena_shrink(cuda_arena_allocator* a);
 int cuda_arena_get_stats(const cuda_arena_allocator* a, cuda_arena_stats* out);
+/* The driver counters of a's device (cuda_arena_device_stats). */
+int cuda_arena_get_device_stats(const cuda_arena_allocator* a, cuda_arena_device_stats* out);
 /* One user fewer; the last destroy returns all memory (live allocations included). Destroy
  * each handle exactly once. After it the handle is dead: a second destroy, or any other call
  * with it, does nothing and sets the last error to CUDA_ARENA_ERR_RELEASED (calls that return
@@ -228,6 +241,8 @@ void cuda_arena_torch_set_memory_fraction(double fraction, int device);
 void cuda_arena_torch_record_stream(void* ptr, void* stream);
 /* The counters of device's allocator (ctypes-friendly). CUDA_ARENA_OK or an error code. */
 int cuda_arena_torch_stats(int device, cuda_arena_stats* out);
+/* The driver counters of device (cuda_arena_device_stats), its allocator set up if it was not. */
+int cuda_arena_torch_device_stats(int device, cuda_arena_device_stats* out);
 
 /* Trace recording (docs/recording.md): the allocator's traffic, every user's (other handles
  * of the shared allocator, ONNX Runtime's view of it), written to a new file at path (replaced

@@ -4,6 +4,7 @@ use crate::codes::*;
 use crate::handles::{self, Handle};
 use cuda_arena_core::{
     named_factory, AllocatorStats, ArenaConfig, ArenaError, Factory, MemoryInfo, MemoryKind,
+    RawStats,
 };
 use cuda_sys_bridge::{backend_named, unknown_backend, BACKEND_NAMES};
 use std::ffi::{c_char, c_int, c_void, CStr};
@@ -51,6 +52,30 @@ impl From<AllocatorStats> for cuda_arena_stats {
             max_alloc_size: s.max_alloc_size,
             requested_in_use: s.requested_in_use,
             reserved_bytes: s.reserved_bytes,
+        }
+    }
+}
+
+/// The C layout of `cuda_arena_device_stats`.
+#[repr(C)]
+#[allow(non_camel_case_types)]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct cuda_arena_device_stats {
+    pub raw_allocs: u64,
+    pub raw_frees: u64,
+    pub raw_failures: u64,
+    pub raw_bytes_outstanding: u64,
+    pub device_waits: u64,
+}
+
+impl From<RawStats> for cuda_arena_device_stats {
+    fn from(s: RawStats) -> Self {
+        cuda_arena_device_stats {
+            raw_allocs: s.raw_allocs,
+            raw_frees: s.raw_frees,
+            raw_failures: s.raw_failures,
+            raw_bytes_outstanding: s.raw_bytes_outstanding,
+            device_waits: s.device_waits,
         }
     }
 }
@@ -388,6 +413,30 @@ pub unsafe extern "C" fn cuda_arena_get_stats(
             }
             // SAFETY: `out` is non-NULL and writable per the contract.
             unsafe { out.write(h.allocator.stats().into()) };
+            Ok(())
+        });
+        code_out(r)
+    })
+}
+
+/// What reached the driver of `a`'s device, from every allocator of that device and backend
+/// in the process (TypeScript's `deviceStats`).
+///
+/// # Safety
+/// `out` is NULL or writable for one `cuda_arena_device_stats`; `a` as in `cuda_arena_alloc`.
+#[no_mangle]
+pub unsafe extern "C" fn cuda_arena_get_device_stats(
+    a: *const cuda_arena_allocator,
+    out: *mut cuda_arena_device_stats,
+) -> c_int {
+    guard(CUDA_ARENA_ERR_PANIC, || {
+        let r = with(a, |h| {
+            if out.is_null() {
+                return Err(invalid("out is NULL"));
+            }
+            let stats = h.factory.device_stats(h.allocator.info().device_id)?;
+            // SAFETY: `out` is non-NULL and writable per the contract.
+            unsafe { out.write(stats.into()) };
             Ok(())
         });
         code_out(r)

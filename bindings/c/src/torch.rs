@@ -15,7 +15,10 @@
 //! Nothing unwinds into torch.
 
 use crate::codes::*;
-use crate::handle::{cuda_arena_stats, guard, guard_uncancellable, invalid, named_factory_for};
+use crate::handle::{
+    cuda_arena_device_stats, cuda_arena_stats, guard, guard_uncancellable, invalid,
+    named_factory_for,
+};
 use cuda_arena_core::devices::env_config::describe_env_error;
 use cuda_arena_core::{env_config, ArenaConfig, ArenaError, Factory, PluggableDevice, ENV_CONF};
 use cuda_sys_bridge::BACKEND_NAMES;
@@ -325,6 +328,33 @@ pub unsafe extern "C" fn cuda_arena_torch_stats(
             Ok(d) => {
                 // SAFETY: `out` is non-NULL and writable per the contract.
                 unsafe { out.write(d.stats().into()) };
+                clear_last();
+                CUDA_ARENA_OK
+            }
+            Err(e) => fail(&e),
+        }
+    })
+}
+
+/// What reached device `device`'s driver (`cuda_arena_get_device_stats` for PyTorch's
+/// allocator), its allocator set up if it was not. `CUDA_ARENA_OK`, or an error code (`out`
+/// untouched).
+///
+/// # Safety
+/// `out` is NULL or writable for one `cuda_arena_device_stats`.
+#[no_mangle]
+pub unsafe extern "C" fn cuda_arena_torch_device_stats(
+    device: c_int,
+    out: *mut cuda_arena_device_stats,
+) -> c_int {
+    guard_uncancellable(CUDA_ARENA_ERR_PANIC, || {
+        if out.is_null() {
+            return fail(&invalid("out is NULL"));
+        }
+        match self::device(device).and_then(|d| d.device_stats()) {
+            Ok(s) => {
+                // SAFETY: `out` is non-NULL and writable per the contract.
+                unsafe { out.write(s.into()) };
                 clear_last();
                 CUDA_ARENA_OK
             }

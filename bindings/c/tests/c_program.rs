@@ -295,6 +295,11 @@ fn null_arguments_are_coded_errors_never_crashes() {
 }
 
 #[test]
+fn device_stats_count_mappings_unmappings_and_waits_for_the_device() {
+    contract("device_stats_count_mappings_and_waits");
+}
+
+#[test]
 fn size_zero_is_null_and_sizes_that_cannot_be_met_change_nothing() {
     contract("size_zero_and_size_max");
 }

@@ -258,6 +258,8 @@ static void null_arguments_are_coded_errors(void) {
   CHECK(cuda_arena_free(NULL, t) == CUDA_ARENA_ERR_INVALID_ARGUMENT);
   CHECK(cuda_arena_shrink(NULL) == CUDA_ARENA_ERR_INVALID_ARGUMENT);
   CHECK(cuda_arena_get_stats(NULL, &s) == CUDA_ARENA_ERR_INVALID_ARGUMENT);
+  cuda_arena_device_stats ds;
+  CHECK(cuda_arena_get_device_stats(NULL, &ds) == CUDA_ARENA_ERR_INVALID_ARGUMENT);
   CHECK(cuda_arena_reset_stream(NULL, t) == CUDA_ARENA_ERR_INVALID_ARGUMENT);
   cuda_arena_destroy(NULL);
   CHECK(cuda_arena_last_error(NULL, 0) > 0);
@@ -266,7 +268,31 @@ static void null_arguments_are_coded_errors(void) {
   cuda_arena_allocator* a = make("Cuda", NULL, NULL);
   CHECK(a != NULL);
   CHECK(cuda_arena_get_stats(a, NULL) == CUDA_ARENA_ERR_INVALID_ARGUMENT);
+  CHECK(cuda_arena_get_device_stats(a, NULL) == CUDA_ARENA_ERR_INVALID_ARGUMENT);
   CHECK(cuda_arena_free(a, NULL) == CUDA_ARENA_OK);
+  cuda_arena_destroy(a);
+}
+
+/* Issue 25: the device's driver counters, as deviceStats gives them: pages mapped and
+ * unmapped, bytes outstanding (what the arena holds), and the waits for the device (an unmap of
+ * pages used on no stream waits once). */
+static void device_stats_count_mappings_and_waits(void) {
+  cuda_arena_allocator* a = make("Cuda", NULL, NULL);
+  CHECK(a != NULL);
+  cuda_arena_device_stats before;
+  memset(&before, 0xff, sizeof before);
+  CHECK(cuda_arena_get_device_stats(a, &before) == CUDA_ARENA_OK);
+  void* p = cuda_arena_alloc(a, 8 << 20);
+  CHECK(p != NULL);
+  cuda_arena_device_stats d;
+  CHECK(cuda_arena_get_device_stats(a, &d) == CUDA_ARENA_OK);
+  CHECK(d.raw_allocs > before.raw_allocs && d.raw_bytes_outstanding == total_allocated(a));
+  CHECK(d.device_waits == before.device_waits);
+  CHECK(cuda_arena_free(a, p) == CUDA_ARENA_OK);
+  CHECK(cuda_arena_shrink(a) == CUDA_ARENA_OK);
+  CHECK(cuda_arena_get_device_stats(a, &d) == CUDA_ARENA_OK);
+  CHECK(d.raw_frees > before.raw_frees && d.raw_bytes_outstanding == 0);
+  CHECK(d.device_waits == before.device_waits + 1);
   cuda_arena_destroy(a);
 }
 
@@ -536,6 +562,7 @@ int main(int argc, char** argv) {
       {"a_destroyed_handle_is_released_not_a_crash", a_destroyed_handle_is_released_not_a_crash},
       {"null_arguments_are_coded_errors", null_arguments_are_coded_errors},
       {"size_zero_and_size_max", size_zero_and_size_max},
+      {"device_stats_count_mappings_and_waits", device_stats_count_mappings_and_waits},
       {"own_frees_on_a_host_stream_are_unmapped_past_the_headroom",
        own_frees_on_a_host_stream_are_unmapped_past_the_headroom},
       {"two_streams_taking_turns_settle_without_a_reset", two_streams_taking_turns_settle_without_a_reset},

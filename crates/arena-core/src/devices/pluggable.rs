@@ -19,6 +19,7 @@
 
 use crate::allocators::allocator::Allocator;
 use crate::devices::factory::Factory;
+use crate::raw::RawStats;
 use crate::streams::foreign_streams::ForeignStreams;
 use crate::streams::stream_events::{StreamEvents, LEGACY_STREAM};
 use crate::types::config::ArenaConfig;
@@ -178,6 +179,11 @@ impl PluggableDevice {
     /// Returns memory no block uses to the driver (PyTorch's `empty_cache`).
     pub fn empty_cache(&self) -> Result<()> {
         self.allocator.shrink()
+    }
+
+    /// What reached this device's driver ([`Factory::device_stats`]).
+    pub fn device_stats(&self) -> Result<RawStats> {
+        self.factory.device_stats(self.device)
     }
 
     /// Limits the bytes held to `fraction` (0 to 1) of the device's memory.
