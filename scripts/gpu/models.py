@@ -235,6 +235,17 @@ class Arena:
             raise RuntimeError(f"cuda_arena_torch_stats failed with code {code}")
         return s
 
+    def device_stats(self):
+        """(driver allocations, driver frees, waits for the device) of device 0, or None from a
+        library before cuda_arena_torch_device_stats."""
+        fn = getattr(self.lib, "cuda_arena_torch_device_stats", None)
+        if fn is None:
+            return None
+        out = (ctypes.c_uint64 * 5)()
+        if fn(0, ctypes.byref(out)) != 0:
+            raise RuntimeError("cuda_arena_torch_device_stats failed")
+        return dict(device_allocs=out[0], device_frees=out[1], device_waits=out[4])
+
 
 class Driver:
     """cuMemGetInfo through the driver API, callable from any thread once it made the main
@@ -581,8 +592,21 @@ def allocator_counters(torch, arena):
         s = arena.stats()
         return dict(held=s.total_allocated, in_use=s.in_use, requested=s.requested_in_use,
                     max_in_use=s.max_in_use, allocs=s.num_allocs,
-                    regions=s.num_arena_extensions, shrinkages=s.num_arena_shrinkages)
-    return dict(held=torch.cuda.memory_reserved(), in_use=torch.cuda.memory_allocated())
+                    regions=s.num_arena_extensions, shrinkages=s.num_arena_shrinkages,
+                    device=arena.device_stats())
+    st = torch.cuda.memory_stats()
+    return dict(held=torch.cuda.memory_reserved(), in_use=torch.cuda.memory_allocated(),
+                device=dict(device_allocs=st.get("num_device_alloc"),
+                            device_frees=st.get("num_device_free"),
+                            device_waits=st.get("num_sync_all_streams")))
+
+
+def device_counts_since(base, end):
+    """Driver allocations, frees and waits for the device between two allocator_counters."""
+    b, e = base.get("device"), end.get("device")
+    if not b or not e:
+        return None
+    return {k: (e[k] - b[k]) if e[k] is not None and b[k] is not None else None for k in e}
 
 
 def summary_of_times(times):
@@ -749,7 +773,8 @@ def run(a, result):
                 held_at_end_bytes=end["held"] - base_alloc["held"],
                 segments_allocated=st.get("segment.all.allocated"),
                 cuda_malloc_retries=st.get("num_alloc_retries"),
-                num_device_alloc=st.get("num_device_alloc"))
+                num_device_alloc=st.get("num_device_alloc"),
+                device_since_baseline=device_counts_since(base_alloc, end))
         else:
             mem["allocator"] = dict(
                 source="cuda_arena_torch_stats (held and requested polled, MaxInUse counted)",
@@ -759,7 +784,8 @@ def run(a, result):
                 peak_requested_bytes_sampled=poller.max_requested,
                 held_at_end_bytes=end["held"] - base_alloc["held"],
                 regions=end["regions"], allocs=end["allocs"],
-                shrinkages=end["shrinkages"])
+                shrinkages=end["shrinkages"],
+                device_since_baseline=device_counts_since(base_alloc, end))
     if a.via_wheel and arena is not None:
         import cuda_arena.torch
         torch.cuda.synchronize()
@@ -838,6 +864,10 @@ def one_line(r):
     if "driver_peak_bytes" in m:
         parts.append(f"driver peak {m['driver_peak_bytes'] / MIB:.0f} MiB")
         parts.append(f"allocator peak held {m['allocator']['peak_held_bytes'] / MIB:.0f} MiB")
+        d = m["allocator"].get("device_since_baseline")
+        if d:
+            parts.append(f"driver allocs/frees {d['device_allocs']}/{d['device_frees']}, "
+                         f"device waits {d['device_waits']}")
     t = r.get("time", {})
     if t.get("count"):
         parts.append(f"median {t['median_s'] * 1000:.2f} ms/{t['unit']}")
