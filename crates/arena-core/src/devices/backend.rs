@@ -198,7 +198,12 @@ impl Backend for SimBackend {
     }
 
     fn device_stats(&self, device: u32) -> Result<RawStats> {
-        Ok(self.raw(MemoryKind::Cuda, device)?.raw_stats())
+        let mut stats = self.raw(MemoryKind::Cuda, device)?.raw_stats();
+        // The simulated events are one set for every device: their waits count on each.
+        if let Some(events) = &self.events {
+            stats.device_waits += events.blocking_waits();
+        }
+        Ok(stats)
     }
 
     fn virtual_memory(&self, device: u32) -> Result<SharedVm> {
@@ -228,5 +233,20 @@ mod tests {
         let with = SimBackend::new(SimKind::Host, &[]).with_stream_events(events);
         assert!(with.stream_events(0).is_some());
         assert!(with.stream_events(1).is_none(), "no device 1");
+    }
+
+    #[test]
+    fn simulated_events_blocking_waits_count_in_every_devices_stats() {
+        let sim = SimEvents::new();
+        let limits = [DeviceLimits::with_total(1 << 30); 2];
+        let b = SimBackend::new(SimKind::Virtual, &limits).with_stream_events(sim.clone());
+        let waits = |d| b.device_stats(d).expect("device").device_waits;
+        assert_eq!((waits(0), waits(1)), (0, 0));
+        let ev = sim.record(7).expect("record");
+        assert!(!sim.is_done(ev).expect("event"), "work queued");
+        sim.synchronize(ev).expect("wait for it");
+        sim.synchronize_device().expect("wait for everything");
+        sim.release(ev);
+        assert_eq!((waits(0), waits(1)), (2, 2));
     }
 }

@@ -76,6 +76,14 @@ pub trait StreamEvents: Send + Sync + std::fmt::Debug {
         let _ = stream;
         None
     }
+
+    /// How many [`StreamEvents::synchronize`] and [`StreamEvents::synchronize_device`] calls
+    /// have blocked so far, where the backend's device stats do not count them already (the
+    /// simulated backends add these to `device_waits`; CUDA counts them on its context). 0 by
+    /// default.
+    fn blocking_waits(&self) -> u64 {
+        0
+    }
 }
 
 /// The events of one host-owned stream: its marks, what is known complete, and the events
@@ -452,6 +460,8 @@ struct SimState {
     idle: std::collections::BTreeSet<u64>,
     failing: Vec<u64>,
     device_syncs: u64,
+    /// [`StreamEvents::synchronize`] calls on one event.
+    event_syncs: u64,
 }
 
 impl SimEvents {
@@ -582,6 +592,7 @@ impl StreamEvents for SimEvents {
     fn synchronize(&self, event: u64) -> Result<()> {
         let mut st = self.state.lock();
         let (stream, pos) = Self::event(&st, event)?;
+        st.event_syncs += 1;
         let e = st.streams.entry(stream).or_default();
         e.1 = e.1.max(pos);
         Ok(())
@@ -618,6 +629,11 @@ impl StreamEvents for SimEvents {
 
     fn stream_identity(&self, stream: u64) -> Option<u64> {
         self.state.lock().identities.get(&stream).copied()
+    }
+
+    fn blocking_waits(&self) -> u64 {
+        let st = self.state.lock();
+        st.event_syncs + st.device_syncs
     }
 }
 
