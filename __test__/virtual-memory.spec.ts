@@ -77,6 +77,7 @@ test('deviceStats counts the waits for the device: an unmap of pages used on no 
   t.is(f.deviceStats(0).deviceWaits, 1n, 'work on no stream may use the pages: the unmap waited')
   a.shrink!()
   t.is(f.deviceStats(0).deviceWaits, 1n, 'nothing left to unmap')
+  t.is(f.deviceStats(0).streamWaits, 0n, 'no stream had work to wait for')
   f.releaseAllocator(a)
 })
 

@@ -46,12 +46,14 @@ export interface DeviceStats {
   rawFailures: bigint
   rawBytesOutstanding: bigint
   /**
-   * Times the allocators of this device waited for its queued work (a synchronization before
-   * unmapping pages that work might still use, or to settle what streams freed; a wait for one
-   * stream's event): each stalls the calling thread while the GPU is busy. On `host` and
-   * `virtual`, the calls that would wait on a GPU.
+   * Times the allocators of this device waited for all of its queued work (a synchronization
+   * before unmapping pages that work might still use, or to settle what streams freed): each
+   * stalls the calling thread until the whole GPU is idle. On `host` and `virtual`, the calls
+   * that would wait on a GPU.
    */
   deviceWaits: bigint
+  /** Times they waited for one stream's work up to an event, so that what it freed could serve another. */
+  streamWaits: bigint
   free?: bigint
   total?: bigint
 }

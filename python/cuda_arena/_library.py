@@ -71,7 +71,8 @@ class DeviceStats(ctypes.Structure):
 
     _fields_ = [
         (name, ctypes.c_uint64)
-        for name in ("raw_allocs", "raw_frees", "raw_failures", "raw_bytes_outstanding", "device_waits")
+        for name in ("raw_allocs", "raw_frees", "raw_failures", "raw_bytes_outstanding", "device_waits",
+                     "stream_waits")
     ]
 
 

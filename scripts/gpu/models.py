@@ -241,10 +241,11 @@ class Arena:
         fn = getattr(self.lib, "cuda_arena_torch_device_stats", None)
         if fn is None:
             return None
-        out = (ctypes.c_uint64 * 5)()
+        out = (ctypes.c_uint64 * 6)()
         if fn(0, ctypes.byref(out)) != 0:
             raise RuntimeError("cuda_arena_torch_device_stats failed")
-        return dict(device_allocs=out[0], device_frees=out[1], device_waits=out[4])
+        return dict(device_allocs=out[0], device_frees=out[1], device_waits=out[4],
+                    stream_waits=out[5])
 
 
 class Driver:
@@ -867,7 +868,8 @@ def one_line(r):
         d = m["allocator"].get("device_since_baseline")
         if d:
             parts.append(f"driver allocs/frees {d['device_allocs']}/{d['device_frees']}, "
-                         f"device waits {d['device_waits']}")
+                         f"device waits {d['device_waits']}"
+                         + (f", stream waits {d['stream_waits']}" if "stream_waits" in d else ""))
     t = r.get("time", {})
     if t.get("count"):
         parts.append(f"median {t['median_s'] * 1000:.2f} ms/{t['unit']}")

@@ -44,13 +44,14 @@ typedef struct {
 
 /* What reached a device's driver from every allocator of that device and backend in the
  * process (TypeScript's deviceStats): driver allocations and frees (a mapping of pages counts
- * as one allocation, an unmapping as one free), refused requests, bytes outstanding, and
- * device_waits: the times those allocators waited for the device's queued work (a
+ * as one allocation, an unmapping as one free), refused requests, bytes outstanding;
+ * device_waits: the times those allocators waited for all of the device's queued work (a
  * synchronization before unmapping pages that work might still use, or to settle what streams
- * freed, or a wait for one stream's event), each a stall of the calling thread while the GPU
- * is busy. On "host" and "virtual", the calls that would wait on a GPU. */
+ * freed), each a stall of the calling thread until the whole GPU is idle; stream_waits: the
+ * times they waited for one stream's work up to an event. On "host" and "virtual", the calls
+ * that would wait on a GPU. */
 typedef struct {
-  uint64_t raw_allocs, raw_frees, raw_failures, raw_bytes_outstanding, device_waits;
+  uint64_t raw_allocs, raw_frees, raw_failures, raw_bytes_outstanding, device_waits, stream_waits;
 } cuda_arena_device_stats;
 
 /* backend: "cuda" | "host" | "virtual"; memory: "Cuda" | "CudaPinned" | "Cpu";

@@ -66,6 +66,7 @@ pub struct cuda_arena_device_stats {
     pub raw_failures: u64,
     pub raw_bytes_outstanding: u64,
     pub device_waits: u64,
+    pub stream_waits: u64,
 }
 
 impl From<RawStats> for cuda_arena_device_stats {
@@ -76,6 +77,7 @@ impl From<RawStats> for cuda_arena_device_stats {
             raw_failures: s.raw_failures,
             raw_bytes_outstanding: s.raw_bytes_outstanding,
             device_waits: s.device_waits,
+            stream_waits: s.stream_waits,
         }
     }
 }

@@ -37,8 +37,10 @@ pub(crate) struct DeviceContext {
     /// The `CUcontext`, kept as an integer so the type is `Send + Sync` (the driver's
     /// contexts may be used from any thread).
     ctx: usize,
-    /// Waits for the device's work the allocators of this device made (`deviceWaits`).
-    waits: AtomicU64,
+    /// Synchronizations of this context the allocators of this device made (`deviceWaits`).
+    device_waits: AtomicU64,
+    /// Waits for one stream's event they made (`streamWaits`).
+    stream_waits: AtomicU64,
 }
 
 impl DeviceContext {
@@ -51,7 +53,8 @@ impl DeviceContext {
             ordinal,
             dev,
             ctx,
-            waits: AtomicU64::new(0),
+            device_waits: AtomicU64::new(0),
+            stream_waits: AtomicU64::new(0),
         }))
     }
 
@@ -59,18 +62,21 @@ impl DeviceContext {
     /// device's waits. The context must be current.
     pub(crate) fn synchronize(&self) -> Result<()> {
         driver::ctx_synchronize()?;
-        self.count_wait();
+        self.device_waits.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
-    /// Counts a wait for the device's work made some other way (an event's).
-    pub(crate) fn count_wait(&self) {
-        self.waits.fetch_add(1, Ordering::Relaxed);
+    /// Counts a wait for one stream's event.
+    pub(crate) fn count_stream_wait(&self) {
+        self.stream_waits.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The waits counted so far.
-    pub(crate) fn waits(&self) -> u64 {
-        self.waits.load(Ordering::Relaxed)
+    /// The synchronizations and the stream waits counted so far.
+    pub(crate) fn waits(&self) -> (u64, u64) {
+        (
+            self.device_waits.load(Ordering::Relaxed),
+            self.stream_waits.load(Ordering::Relaxed),
+        )
     }
 
     /// Makes this device's context current on the calling thread until the guard is dropped.

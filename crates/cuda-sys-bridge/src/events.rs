@@ -72,7 +72,7 @@ impl StreamEvents for CudaEvents {
     fn synchronize(&self, event: u64) -> Result<()> {
         let _current = self.ctx.make_current()?;
         driver::event_synchronize(event as usize as driver::CUevent)?;
-        self.ctx.count_wait();
+        self.ctx.count_stream_wait();
         Ok(())
     }
 

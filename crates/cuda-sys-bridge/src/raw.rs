@@ -68,10 +68,12 @@ impl CudaRawAllocator {
 /// Counters of a device's raw calls, with the driver's free and total memory.
 pub(crate) fn device_stats(ctx: &DeviceContext, ledger: &Mutex<DeviceBlocks>) -> Result<RawStats> {
     let (free, total) = ctx.mem_info()?;
+    let (device_waits, stream_waits) = ctx.waits();
     Ok(RawStats {
         free: Some(free),
         total: Some(total),
-        device_waits: ctx.waits(),
+        device_waits,
+        stream_waits,
         ..ledger.lock().stats
     })
 }
@@ -130,8 +132,10 @@ impl RawAllocator for CudaRawAllocator {
     }
 
     fn raw_stats(&self) -> RawStats {
+        let (device_waits, stream_waits) = self.ctx.waits();
         let stats = RawStats {
-            device_waits: self.ctx.waits(),
+            device_waits,
+            stream_waits,
             ..self.ledger.lock().stats
         };
         match self.ctx.mem_info() {

@@ -292,7 +292,7 @@ static void device_stats_count_mappings_and_waits(void) {
   CHECK(cuda_arena_shrink(a) == CUDA_ARENA_OK);
   CHECK(cuda_arena_get_device_stats(a, &d) == CUDA_ARENA_OK);
   CHECK(d.raw_frees > before.raw_frees && d.raw_bytes_outstanding == 0);
-  CHECK(d.device_waits == before.device_waits + 1);
+  CHECK(d.device_waits == before.device_waits + 1 && d.stream_waits == before.stream_waits);
   cuda_arena_destroy(a);
 }
 
@@ -336,6 +336,16 @@ static void own_frees_on_a_host_stream_are_unmapped_past_the_headroom(void) {
   CHECK(s.max_in_use == 11 * page);
   CHECK(s.total_allocated <= s.max_in_use + s.max_in_use / 50 + page);
   CHECK(s.num_arena_shrinkages > 0);
+  /* Its own stream's work was waited for (while still running), never the whole device's. */
+  cuda_arena_device_stats d;
+  CHECK(cuda_arena_get_device_stats(a, &d) == CUDA_ARENA_OK);
+  CHECK(d.device_waits == 0);
+  const char* events = getenv("CUDA_ARENA_SIM_STREAM_EVENTS");
+  if (events != NULL && strcmp(events, "pending") == 0) {
+    CHECK(d.stream_waits > 0);
+  } else {
+    CHECK(d.stream_waits == 0);
+  }
   CHECK(cuda_arena_free(a, big) == CUDA_ARENA_OK);
   for (int i = 0; i < 10; i++) {
     if (i < 4 || i == 9) CHECK(cuda_arena_free(a, pages[i]) == CUDA_ARENA_OK);

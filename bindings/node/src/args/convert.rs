@@ -146,6 +146,7 @@ pub struct JsDeviceStats {
     pub raw_failures: BigInt,
     pub raw_bytes_outstanding: BigInt,
     pub device_waits: BigInt,
+    pub stream_waits: BigInt,
     pub free: Option<BigInt>,
     pub total: Option<BigInt>,
 }
@@ -158,6 +159,7 @@ impl From<RawStats> for JsDeviceStats {
             raw_failures: big(s.raw_failures),
             raw_bytes_outstanding: big(s.raw_bytes_outstanding),
             device_waits: big(s.device_waits),
+            stream_waits: big(s.stream_waits),
             free: s.free.map(big),
             total: s.total.map(big),
         }

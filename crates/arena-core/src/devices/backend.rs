@@ -201,7 +201,9 @@ impl Backend for SimBackend {
         let mut stats = self.raw(MemoryKind::Cuda, device)?.raw_stats();
         // The simulated events are one set for every device: their waits count on each.
         if let Some(events) = &self.events {
-            stats.device_waits += events.blocking_waits();
+            let (device, stream) = events.blocking_waits();
+            stats.device_waits += device;
+            stats.stream_waits += stream;
         }
         Ok(stats)
     }
@@ -240,13 +242,17 @@ mod tests {
         let sim = SimEvents::new();
         let limits = [DeviceLimits::with_total(1 << 30); 2];
         let b = SimBackend::new(SimKind::Virtual, &limits).with_stream_events(sim.clone());
-        let waits = |d| b.device_stats(d).expect("device").device_waits;
-        assert_eq!((waits(0), waits(1)), (0, 0));
+        let waits = |d| {
+            let s = b.device_stats(d).expect("device");
+            (s.device_waits, s.stream_waits)
+        };
+        assert_eq!((waits(0), waits(1)), ((0, 0), (0, 0)));
         let ev = sim.record(7).expect("record");
         assert!(!sim.is_done(ev).expect("event"), "work queued");
         sim.synchronize(ev).expect("wait for it");
+        assert_eq!((waits(0), waits(1)), ((0, 1), (0, 1)));
         sim.synchronize_device().expect("wait for everything");
         sim.release(ev);
-        assert_eq!((waits(0), waits(1)), (2, 2));
+        assert_eq!((waits(0), waits(1)), ((1, 1), (1, 1)));
     }
 }

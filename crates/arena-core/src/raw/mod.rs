@@ -54,12 +54,15 @@ pub struct RawStats {
     pub raw_failures: u64,
     /// Bytes allocated and not yet freed.
     pub raw_bytes_outstanding: u64,
-    /// Times an allocator waited for the device's queued work: a synchronization of the
-    /// context before unmapping pages that work might still use, or to settle what streams
-    /// freed, and a wait for one stream's event. Each is a stall of the calling thread for as
-    /// long as the device is busy (PyTorch counts the like as `num_sync_all_streams`). The
-    /// simulated backends have no device to wait for and count the calls CUDA would wait in.
+    /// Times an allocator waited for all of the device's queued work (CUDA: a synchronization
+    /// of the context), before unmapping pages that work might still use or to settle what
+    /// streams freed: each stalls the calling thread until the whole GPU is idle (PyTorch
+    /// counts the like as `num_sync_all_streams`). The simulated backends have no device to
+    /// wait for and count the calls CUDA would wait in.
     pub device_waits: u64,
+    /// Times an allocator waited for one stream's work up to an event (so that memory that
+    /// stream freed could serve another): a stall until that stream reaches the event.
+    pub stream_waits: u64,
     /// Bytes the device has free, where known.
     pub free: Option<u64>,
     /// Bytes the device has in all, where known.

@@ -77,12 +77,12 @@ pub trait StreamEvents: Send + Sync + std::fmt::Debug {
         None
     }
 
-    /// How many [`StreamEvents::synchronize`] and [`StreamEvents::synchronize_device`] calls
-    /// have blocked so far, where the backend's device stats do not count them already (the
-    /// simulated backends add these to `device_waits`; CUDA counts them on its context). 0 by
-    /// default.
-    fn blocking_waits(&self) -> u64 {
-        0
+    /// How many [`StreamEvents::synchronize_device`] and [`StreamEvents::synchronize`] calls
+    /// have blocked so far, in that order, where the backend's device stats do not count them
+    /// already (the simulated backends add them to `device_waits` and `stream_waits`; CUDA
+    /// counts them on its context). None by default.
+    fn blocking_waits(&self) -> (u64, u64) {
+        (0, 0)
     }
 }
 
@@ -631,9 +631,9 @@ impl StreamEvents for SimEvents {
         self.state.lock().identities.get(&stream).copied()
     }
 
-    fn blocking_waits(&self) -> u64 {
+    fn blocking_waits(&self) -> (u64, u64) {
         let st = self.state.lock();
-        st.event_syncs + st.device_syncs
+        (st.device_syncs, st.event_syncs)
     }
 }
 
