@@ -32,6 +32,13 @@ async function main() {
     opts = { ...reg.sessionOptions, ...opts }
   }
   const base = usedBytes(factory)
+  // What reached the driver from here on (allocations, frees, and the waits for the device's
+  // work and for one stream's), from a library that counts them.
+  const driverCounts = () => {
+    const d = factory.deviceStats(0)
+    return { rawAllocs: d.rawAllocs, rawFrees: d.rawFrees, deviceWaits: d.deviceWaits, streamWaits: d.streamWaits }
+  }
+  const driverBase = driverCounts()
   let peak = base
   let heldPeak = 0
   // The driver's count every millisecond, for every allocator alike. The arena's held bytes
@@ -86,6 +93,11 @@ async function main() {
   clearInterval(timer)
   sample()
   times.sort((a, b) => a - b)
+  const driverEnd = driverCounts()
+  const driver = {}
+  for (const k of Object.keys(driverEnd)) {
+    driver[k] = driverEnd[k] === undefined || driverBase[k] === undefined ? null : Number(driverEnd[k] - driverBase[k])
+  }
   const stats = reg ? num(reg.allocator.getStats()) : null
   // FREE_LOG=1: where the arena's free memory is at the end, by stream tag (a diagnostic).
   let free = null
@@ -129,6 +141,7 @@ async function main() {
     shrinkages: stats ? stats.numArenaShrinkages : null,
     allocs: stats ? stats.numAllocs : null,
     checksum: sums.reduce((a, b) => a + b, 0),
+    driver,
     ...(free ? { free } : {}),
   }
   console.log('RESULT ' + JSON.stringify(result))
