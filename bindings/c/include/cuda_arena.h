@@ -92,7 +92,8 @@ void* cuda_arena_reserve(cuda_arena_allocator* a, size_t size);
 int cuda_arena_free(cuda_arena_allocator* a, void* p); /* free(NULL) is CUDA_ARENA_OK */
 int cuda_arena_shrink(cuda_arena_allocator* a);
 int cuda_arena_get_stats(const cuda_arena_allocator* a, cuda_arena_stats* out);
-/* The driver counters of a's device (cuda_arena_device_stats). */
+/* The driver counters of a's device (cuda_arena_device_stats): device_id's, which count its
+ * "Cuda" and "CudaPinned" memory; for "Cpu" memory, device 0's, which do not count it. */
 int cuda_arena_get_device_stats(const cuda_arena_allocator* a, cuda_arena_device_stats* out);
 /* One user fewer; the last destroy returns all memory (live allocations included). Destroy
  * each handle exactly once. After it the handle is dead: a second destroy, or any other call
