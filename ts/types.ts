@@ -39,11 +39,15 @@ export interface AllocatorStats {
   maxAllocSize: bigint
 }
 
-/** Calls that reached a device's raw (driver) allocator. */
+/** Calls that reached a device's raw (driver) allocator, from every allocator of the device. */
 export interface DeviceStats {
+  /** Driver allocations: a region, a reserve, or a mapping of pages. */
   rawAllocs: bigint
+  /** Driver frees: a region or reserve given back, or an unmapping. */
   rawFrees: bigint
+  /** Driver requests refused. */
   rawFailures: bigint
+  /** Bytes held from the driver now. */
   rawBytesOutstanding: bigint
   /**
    * Times the allocators of this device waited for all of its queued work (a synchronization
@@ -54,7 +58,9 @@ export interface DeviceStats {
   deviceWaits: bigint
   /** Times they waited for one stream's work up to an event, so that what it freed could serve another. */
   streamWaits: bigint
+  /** The device's free bytes, where known. */
   free?: bigint
+  /** The device's total bytes, where known. */
   total?: bigint
 }
 
