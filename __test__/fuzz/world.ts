@@ -241,6 +241,13 @@ export class World {
         if (ds.total !== d.total || ds.free !== d.total - ds.rawBytesOutstanding) {
           fail('device-stats', `${f.name} device ${i}: total ${ds.total} free ${ds.free} outstanding ${ds.rawBytesOutstanding}, limit ${d.total}`)
         }
+        // Counters of calls never go down, whoever else uses the device.
+        const now = [ds.rawAllocs, ds.rawFrees, ds.rawFailures, ds.deviceWaits, ds.streamWaits]
+        const before = f.counters.get(i)
+        if (before && now.some((v, k) => v < before[k])) {
+          fail('device-counters-monotonic', `${f.name} device ${i}: ${before.join('/')} then ${now.join('/')}`)
+        }
+        f.counters.set(i, now)
         if (!f.exactDevice(i)) return
         const held = this.outstanding(f, `d${i}`)
         if (held !== null && held !== ds.rawBytesOutstanding) {

@@ -211,6 +211,8 @@ static void a_destroyed_handle_is_released_not_a_crash(void) {
   CHECK(cuda_arena_reset_stream(a, token(1)) == CUDA_ARENA_ERR_RELEASED);
   cuda_arena_stats s;
   CHECK(cuda_arena_get_stats(a, &s) == CUDA_ARENA_ERR_RELEASED);
+  cuda_arena_device_stats d;
+  CHECK(cuda_arena_get_device_stats(a, &d) == CUDA_ARENA_ERR_RELEASED);
   /* The other user still has the arena, and p in it. */
   CHECK(cuda_arena_get_stats(b, &s) == CUDA_ARENA_OK && s.requested_in_use == 1000);
   CHECK(cuda_arena_free(b, p) == CUDA_ARENA_OK);
