@@ -38,8 +38,6 @@ export class FactoryM {
   /** The current shared allocator per `kind:device`. */
   readonly current = new Map<string, ArenaM>()
   readonly cpu: DeviceM
-  /** Each device's driver counters as last read (they only ever go up). */
-  readonly counters = new Map<number, bigint[]>()
 
   constructor(
     readonly name: string,

@@ -62,6 +62,11 @@ export interface SharedSpec {
 export class World {
   readonly factoryModels = new Map<string, FactoryM>()
   readonly factories = new Map<string, FactoryRef>()
+  /**
+   * Each factory object's device counters as last read, by device. Keyed by the object, not
+   * the name: a factory made again under a name no one holds any more starts from zero.
+   */
+  readonly deviceCounters = new WeakMap<object, Map<number, bigint[]>>()
   readonly handles = new Map<string, HandleM>()
   readonly views = new Map<string, ViewM>()
   readonly streams = new Map<string, StreamM>()
@@ -243,11 +248,13 @@ export class World {
         }
         // Counters of calls never go down, whoever else uses the device.
         const now = [ds.rawAllocs, ds.rawFrees, ds.rawFailures, ds.deviceWaits, ds.streamWaits]
-        const before = f.counters.get(i)
+        let seen = this.deviceCounters.get(ref.obj)
+        if (!seen) this.deviceCounters.set(ref.obj, (seen = new Map()))
+        const before = seen.get(i)
         if (before && now.some((v, k) => v < before[k])) {
           fail('device-counters-monotonic', `${f.name} device ${i}: ${before.join('/')} then ${now.join('/')}`)
         }
-        f.counters.set(i, now)
+        seen.set(i, now)
         if (!f.exactDevice(i)) return
         const held = this.outstanding(f, `d${i}`)
         if (held !== null && held !== ds.rawBytesOutstanding) {

@@ -51,6 +51,10 @@ record_stream = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(
 
 lib.cuda_arena_torch_stats.argtypes = [ctypes.c_int, ctypes.POINTER(Stats)]
 lib.cuda_arena_torch_stats.restype = ctypes.c_int
+# cuda_arena_device_stats: six uint64 counters.
+DeviceStats = ctypes.c_uint64 * 6
+lib.cuda_arena_torch_device_stats.argtypes = [ctypes.c_int, ctypes.c_void_p]
+lib.cuda_arena_torch_device_stats.restype = ctypes.c_int
 lib.cuda_arena_last_error_code.restype = ctypes.c_int
 lib.cuda_arena_last_error.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
 lib.cuda_arena_last_error.restype = ctypes.c_size_t
@@ -183,6 +187,14 @@ def errors_are_codes_never_crashes():
     check(alloc(4096, 1, DEFAULT) is None and last_code() == INVALID_ARGUMENT, "no device 1")
     check(alloc(1 << 62, 0, DEFAULT) is None and last_code() == OOM, "more than the device")
     check(lib.cuda_arena_torch_stats(0, None) == INVALID_ARGUMENT, "stats into NULL")
+    d = DeviceStats()
+    check(lib.cuda_arena_torch_device_stats(0, None) == INVALID_ARGUMENT, "device stats into NULL")
+    for device in (-1, 1, 64, 2**31 - 1, -(2**31)):
+        check(lib.cuda_arena_torch_device_stats(device, ctypes.byref(d)) == INVALID_ARGUMENT,
+              f"device stats of device {device}")
+        check(list(d) == [0] * 6, "a refused call writes nothing")
+    check(lib.cuda_arena_torch_device_stats(0, ctypes.byref(d)) == OK and d[0] > 0,
+          f"device stats: {last_message()}")
     for f in (-0.5, float("nan"), float("inf")):
         set_fraction(f, 0)
         check(last_code() == INVALID_ARGUMENT, f"fraction {f}")
