@@ -1,6 +1,6 @@
 import test from 'ava'
 import { spawnSync } from 'node:child_process'
-import { existsSync, mkdtempSync, readFileSync } from 'node:fs'
+import { closeSync, constants, existsSync, mkdtempSync, openSync, readFileSync, readSync } from 'node:fs'
 import { join } from 'node:path'
 import { tmpdir } from 'node:os'
 import type { OrtAllocator } from '../ts/index'
@@ -146,6 +146,42 @@ test('a path that cannot be created is ERR_ARENA_INVALID_ARGUMENT naming it, and
   t.true(err.message.includes(bad))
   throwsCode(t, () => a.startRecording(dir), 'ERR_ARENA_INVALID_ARGUMENT', 'a directory')
   throwsCode(t, () => a.stopRecording(), 'ERR_ARENA_INVALID_ARGUMENT', 'nothing is recording')
+  f.releaseAllocator(a)
+})
+
+/** A FIFO made with mkfifo(1), or null where there is none. */
+function fifo(): string | null {
+  const path = join(dir, `fifo-${(files += 1)}`)
+  return spawnSync('mkfifo', [path]).status === 0 ? path : null
+}
+
+test('a FIFO no process reads is ERR_ARENA_INVALID_ARGUMENT at once, and nothing records', (t) => {
+  const path = fifo()
+  if (path === null) return t.pass('no mkfifo here')
+  const f = factory('host')
+  const a = f.createAllocator({ name: 'Cpu' })
+  // Before, open(2) waited for a reader here and froze the event loop for good.
+  throwsCode(t, () => a.startRecording(path), 'ERR_ARENA_INVALID_ARGUMENT', 'no process has open for reading')
+  throwsCode(t, () => a.stopRecording(), 'ERR_ARENA_INVALID_ARGUMENT', 'nothing is recording')
+  f.releaseAllocator(a)
+})
+
+test('a FIFO a process reads takes the recording', (t) => {
+  const path = fifo()
+  if (path === null) return t.pass('no mkfifo here')
+  const reader = openSync(path, constants.O_RDONLY | constants.O_NONBLOCK)
+  const f = factory('host')
+  const a = f.createAllocator({ name: 'Cpu' })
+  a.startRecording(path)
+  a.free(a.alloc(1000))
+  t.is(a.stopRecording().ops, 2n)
+  const buf = Buffer.alloc(4096)
+  const n = readSync(reader, buf)
+  closeSync(reader)
+  t.deepEqual(buf.subarray(0, n).toString('utf8').split('\n').filter(Boolean), [
+    '{"op":"alloc","id":1,"size":1000,"stream":0}',
+    '{"op":"free","id":1}',
+  ])
   f.releaseAllocator(a)
 })
 

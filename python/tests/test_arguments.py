@@ -52,6 +52,18 @@ class Arguments(unittest.TestCase):
                      lambda: ct.start_recording("/no/such/directory/trace.jsonl"), "/no/such/directory")
         self.assertFalse(ct._recording.recording(0))
 
+    @unittest.skipUnless(hasattr(os, "mkfifo"), "no FIFOs here")
+    def test_a_fifo_no_process_reads_is_refused_at_once(self) -> None:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "fifo")
+            os.mkfifo(path)
+            # Before, the library's open waited for a reader: this call never returned.
+            expect_error("ERR_ARENA_INVALID_ARGUMENT", lambda: ct.start_recording(path),
+                         "no process has open for reading")
+            self.assertFalse(ct._recording.recording(0))
+
     def test_stopping_without_a_recording_is_refused(self) -> None:
         expect_error("ERR_ARENA_INVALID_ARGUMENT", ct.stop_recording, "not being recorded")
 

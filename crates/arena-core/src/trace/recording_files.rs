@@ -49,6 +49,46 @@ fn key_of(file: &File) -> std::io::Result<Option<FileKey>> {
     }
 }
 
+/// Opens `path` for writing, created if missing, not truncated, without waiting: opening a
+/// FIFO that no process reads waits for a reader in `open(2)`, which froze the caller (Node's
+/// event loop at `startRecording`) with no way out. Such a FIFO is refused at once (`ENXIO`,
+/// told in words); once open, writes wait as they always did (a recording keeps every event).
+fn open_without_waiting(path: &str) -> std::io::Result<File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(false);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NONBLOCK);
+    }
+    let file = options.open(path).map_err(|e| {
+        #[cfg(unix)]
+        if e.raw_os_error() == Some(libc::ENXIO) {
+            return std::io::Error::new(
+                e.kind(),
+                "it is a FIFO that no process has open for reading (start the reader first)",
+            );
+        }
+        e
+    })?;
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsRawFd;
+        let fd = file.as_raw_fd();
+        // SAFETY: `fd` is the open descriptor `file` owns for this whole block; F_GETFL and
+        // F_SETFL read and set its status flags and touch no memory.
+        #[allow(unsafe_code)]
+        let cleared = unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFL);
+            flags >= 0 && libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) == 0
+        };
+        if !cleared {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(file)
+}
+
 /// Opens `path` for `who`'s recording, empty: refused (`ERR_ARENA_INVALID_ARGUMENT`, naming the
 /// path and who records there) while another recording of this process writes to the same
 /// file, which is then left as it is.
@@ -57,12 +97,7 @@ pub(crate) fn open_for_recording(path: &str, who: &str) -> Result<(File, FileCla
     let cannot =
         |e: std::io::Error| ArenaError::invalid_argument(format!("cannot record to {shown}: {e}"));
     // Not truncated yet: a file another recording writes must stay whole.
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
-        .map_err(cannot)?;
+    let file = open_without_waiting(path).map_err(cannot)?;
     let Some(key) = key_of(&file).map_err(cannot)? else {
         // A device or a pipe: nothing to truncate, nothing to tear.
         return Ok((file, FileClaim { key: None }));
@@ -139,6 +174,66 @@ mod tests {
         std::os::unix::fs::symlink(&path, &link).expect("symlink");
         assert!(open_for_recording(link.to_str().expect("utf-8"), "two").is_err());
         let _ = std::fs::remove_file(&link);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[cfg(unix)]
+    fn fifo(name: &str) -> std::path::PathBuf {
+        let path = temp(name);
+        let _ = std::fs::remove_file(&path);
+        let c = std::ffi::CString::new(path.to_str().expect("utf-8")).expect("no NUL");
+        // SAFETY: `c` is a NUL-terminated path that outlives the call.
+        #[allow(unsafe_code)]
+        let made = unsafe { libc::mkfifo(c.as_ptr(), 0o600) };
+        assert_eq!(made, 0, "mkfifo");
+        path
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_fifo_no_process_reads_is_refused_at_once_naming_why() {
+        let path = fifo("unread");
+        // Before, this open waited for a reader forever: on a thread of its own, so that the
+        // test fails instead of hanging (a minute is a guard against the hang, not a timing).
+        let (tx, rx) = std::sync::mpsc::channel();
+        let at = path.to_str().expect("utf-8").to_string();
+        std::thread::spawn(move || {
+            let _ = tx.send(open_for_recording(&at, "one").map(|_| ()));
+        });
+        let e = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the open returned instead of waiting for a reader")
+            .expect_err("refused");
+        assert_eq!(e.code(), "ERR_ARENA_INVALID_ARGUMENT");
+        assert!(
+            e.to_string().contains("no process has open for reading"),
+            "{e}"
+        );
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_fifo_with_a_reader_takes_the_recording_and_its_writes_wait_as_before() {
+        use std::io::{Read, Write};
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = fifo("read");
+        let mut reader = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&path)
+            .expect("reader");
+        let (mut w, _claim) =
+            open_for_recording(path.to_str().expect("utf-8"), "one").expect("a reader is there");
+        // SAFETY: F_GETFL on the descriptor `w` owns reads its flags only.
+        #[allow(unsafe_code)]
+        let flags = unsafe { libc::fcntl(std::os::fd::AsRawFd::as_raw_fd(&w), libc::F_GETFL) };
+        assert_eq!(flags & libc::O_NONBLOCK, 0, "writes block again once open");
+        w.write_all(b"line\n").expect("write");
+        drop(w);
+        let mut got = String::new();
+        reader.read_to_string(&mut got).expect("read");
+        assert_eq!(got, "line\n");
         let _ = std::fs::remove_file(&path);
     }
 }
