@@ -185,6 +185,29 @@ test('a FIFO a process reads takes the recording', (t) => {
   f.releaseAllocator(a)
 })
 
+test('a file another process records to is ERR_ARENA_INVALID_ARGUMENT there, and this recording goes on whole', (t) => {
+  const f = factory('host')
+  const a = f.createAllocator({ name: 'Cpu' })
+  const file = tracePath()
+  a.startRecording(file)
+  a.alloc(1000)
+  // A second process (a cluster's worker given the same path): before, it truncated the file
+  // and both wrote into it.
+  const child = `
+    const { AllocatorFactory } = require(${JSON.stringify(join(root, 'dist', 'index.js'))})
+    const a = new AllocatorFactory({ name: 'other', backend: 'host' }).createAllocator({ name: 'Cpu' })
+    try { a.startRecording(${JSON.stringify(file)}); a.alloc(5); a.stopRecording(); console.log('recorded') }
+    catch (e) { console.log(e.code + ' ' + e.message) }`
+  const r = spawnSync(process.execPath, ['-e', child], { encoding: 'utf8' })
+  t.is(r.status, 0, r.stderr)
+  t.regex(r.stdout, /^ERR_ARENA_INVALID_ARGUMENT .*another process/)
+  t.is(a.stopRecording().ops, 1n)
+  t.deepEqual(readFileSync(file, 'utf8').split('\n').filter(Boolean), ['{"op":"alloc","id":1,"size":1000,"stream":0}'])
+  // Stopped, the file is free for the other process.
+  t.is(spawnSync(process.execPath, ['-e', child], { encoding: 'utf8' }).stdout.trim(), 'recorded')
+  f.releaseAllocator(a)
+})
+
 test('a path that is not a string is ERR_ARENA_INVALID_ARGUMENT', (t) => {
   const f = factory('host')
   const a = f.createAllocator({ name: 'Cpu' })

@@ -4,7 +4,8 @@
 //!
 //! A file is known by its device and inode (opened without truncating first), so two
 //! spellings of one path, a hard link or a symbolic link are one file. A claim lasts as long as
-//! the recording that holds it.
+//! the recording that holds it. Other processes and other copies of the library are kept out
+//! by an exclusive advisory lock (`flock`) on the open file, which goes with its last handle.
 
 use crate::types::error::{ArenaError, Result};
 use parking_lot::Mutex;
@@ -113,6 +114,16 @@ pub(crate) fn open_for_recording(path: &str, who: &str) -> Result<(File, FileCla
         claimed.insert(key, who.to_string());
     }
     let claim = FileClaim { key: Some(key) };
+    // Across processes (a cluster's workers given one path) and copies of the library in one
+    // process (each has its own `CLAIMED`): an advisory lock on the open file, held while it
+    // is open. A file system without locks (ENOLCK) records unguarded, as before.
+    if let Err(std::fs::TryLockError::WouldBlock) = file.try_lock() {
+        return Err(ArenaError::invalid_argument(format!(
+            "cannot record to {shown}: another process, or another copy of cuda-arena in this \
+             one, records to that file now (it holds the file's lock); stop that recording \
+             first or choose another path"
+        )));
+    }
     file.set_len(0).map_err(cannot)?;
     Ok((file, claim))
 }
@@ -147,6 +158,8 @@ mod tests {
             "kept\n",
             "not truncated"
         );
+        // What a recording's end does: the file closed (its lock with it), then the claim.
+        drop(first);
         drop(claim);
         let (_f, _again) =
             open_for_recording(&other, "the Cpu allocator").expect("free once released");
@@ -155,6 +168,28 @@ mod tests {
             "",
             "truncated for the new one"
         );
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn a_file_locked_by_another_process_or_copy_is_refused_and_kept_whole() {
+        let path = temp("locked");
+        std::fs::write(&path, "theirs\n").expect("file");
+        // Another open file description holding the lock: what another process, or another
+        // copy of the library in this one, holds while it records there.
+        let other = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .expect("open");
+        other.try_lock().expect("lock");
+        let e = open_for_recording(path.to_str().expect("utf-8"), "one").expect_err("refused");
+        assert_eq!(e.code(), "ERR_ARENA_INVALID_ARGUMENT");
+        assert!(e.to_string().contains("another process"), "{e}");
+        assert_eq!(std::fs::read_to_string(&path).expect("read"), "theirs\n");
+        drop(other);
+        let (_f, _claim) = open_for_recording(path.to_str().expect("utf-8"), "one")
+            .expect("free once their file is closed");
+        assert_eq!(std::fs::read_to_string(&path).expect("read"), "");
         let _ = std::fs::remove_file(&path);
     }
 
