@@ -74,6 +74,12 @@ def case_record_until_exit(path: str) -> None:
     # No stop_recording: the exit stops it, with everything written.
 
 
+def case_refused_while_another_process_records(path: str) -> None:
+    installed()
+    expect_error("ERR_ARENA_INVALID_ARGUMENT", lambda: ct.start_recording(path), "another process")
+    expect_error("ERR_ARENA_INVALID_ARGUMENT", ct.stop_recording, "not being recorded")
+
+
 def trace_lines(path: str) -> List[Dict[str, object]]:
     with open(path, encoding="utf-8") as f:
         return [json.loads(line) for line in f]
@@ -149,6 +155,25 @@ class RecordingAtExit(ChildCase):
             allocs = sum(1 for line in lines if line["op"] == "alloc")
             self.assertEqual(allocs, sum(1 for line in lines if line["op"] == "free"))
             self.assertGreater(allocs, 300)
+
+
+class RecordingElsewhere(ChildCase):
+    file = __file__
+
+    @unittest.skipUnless(os.name == "posix", "flock is POSIX")
+    def test_a_file_another_process_records_to_is_refused_and_left_whole(self) -> None:
+        import fcntl
+
+        with tempfile.TemporaryDirectory() as d:
+            trace = os.path.join(d, "theirs.jsonl")
+            with open(trace, "w") as f:
+                f.write("theirs\n")
+                f.flush()
+                # What a recording in this process holds on its file, seen from the child.
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self.child("case_refused_while_another_process_records", args=(trace,))
+            with open(trace) as f:
+                self.assertEqual(f.read(), "theirs\n")
 
 
 if __name__ == "__main__":
