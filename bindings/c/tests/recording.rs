@@ -29,13 +29,18 @@ fn scratch(name: &str) -> PathBuf {
 
 /// `tests/c/recording.c`, compiled against the header and the library.
 fn program() -> PathBuf {
+    compiled("recording")
+}
+
+/// `tests/c/NAME.c`, compiled against the header and the library.
+fn compiled(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     let lib = lib_dir();
-    let out = scratch("program");
+    let out = scratch(name);
     let status = Command::new("cc")
         .args(["-std=c11", "-g", "-Wall", "-Wextra", "-Werror", "-o"])
         .arg(&out)
-        .arg(dir.join("tests/c/recording.c"))
+        .arg(dir.join(format!("tests/c/{name}.c")))
         .arg("-I")
         .arg(dir.join("include"))
         .arg("-L")
@@ -44,7 +49,7 @@ fn program() -> PathBuf {
         .arg(format!("-Wl,-rpath,{}", lib.display()))
         .status()
         .expect("a C compiler (cc)");
-    assert!(status.success(), "recording.c compiles against the header");
+    assert!(status.success(), "{name}.c compiles against the header");
     out
 }
 
@@ -129,5 +134,21 @@ fn a_c_host_records_a_session_that_replays_to_the_peak_it_counted() {
             ]),
         );
     }
+    let _ = std::fs::remove_file(exe);
+}
+
+#[test]
+fn a_pipe_whose_reader_goes_stops_the_recording_and_never_the_c_host() {
+    let exe = compiled("recording_pipe");
+    let out = Command::new(&exe)
+        .env_remove("LD_LIBRARY_PATH")
+        .output()
+        .expect("runs");
+    // Before, the writer thread's write raised SIGPIPE and the process ended with it.
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("all checks passed"),
+        "{}",
+        describe(&out)
+    );
     let _ = std::fs::remove_file(exe);
 }

@@ -102,6 +102,7 @@ impl Spool {
         let thread = std::thread::Builder::new()
             .name("cuda-arena-recorder".into())
             .spawn(move || {
+                keep_sigpipe_off_this_thread();
                 write_batches(
                     &thread_label,
                     sink,
@@ -168,6 +169,24 @@ impl Spool {
                 ..Written::default()
             },
         }
+    }
+}
+
+/// A write to a pipe or socket whose reader has gone raises `SIGPIPE`, whose default action
+/// ends the process: a C host recording to a pipe (`| head`, a FIFO whose reader exited) was
+/// killed by this thread's write. Blocked here, the signal stays pending on this thread alone
+/// (and goes with it), and the write fails with `EPIPE`, which stops the recording with the
+/// reason as any write error does. Node and Python ignore `SIGPIPE` already.
+fn keep_sigpipe_off_this_thread() {
+    #[cfg(unix)]
+    // SAFETY: `set` is a local signal set, initialised by sigemptyset before use; the call
+    // changes this thread's signal mask only.
+    #[allow(unsafe_code)]
+    unsafe {
+        let mut set = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+        libc::sigemptyset(set.as_mut_ptr());
+        libc::sigaddset(set.as_mut_ptr(), libc::SIGPIPE);
+        libc::pthread_sigmask(libc::SIG_BLOCK, set.as_ptr(), std::ptr::null_mut());
     }
 }
 
