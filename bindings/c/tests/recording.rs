@@ -152,3 +152,28 @@ fn a_pipe_whose_reader_goes_stops_the_recording_and_never_the_c_host() {
     );
     let _ = std::fs::remove_file(exe);
 }
+
+#[test]
+fn a_child_forked_while_recording_stops_its_copy_and_the_parents_file_holds_the_parents_calls() {
+    let exe = compiled("recording_fork");
+    let trace = scratch("fork.jsonl");
+    let out = Command::new(&exe)
+        .env_remove("LD_LIBRARY_PATH")
+        .arg(&trace)
+        .output()
+        .expect("runs");
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("all checks passed"),
+        "{}",
+        describe(&out)
+    );
+    let bytes = std::fs::read(&trace).expect("the trace file");
+    let ops = parse_trace_bytes(&bytes, false).expect("a valid trace").ops;
+    assert_eq!(
+        ops.len(),
+        4000,
+        "the parent's 2,000 allocations and frees, none of the child's"
+    );
+    let _ = std::fs::remove_file(&trace);
+    let _ = std::fs::remove_file(exe);
+}

@@ -8,6 +8,7 @@ use crate::streams::stream::{Stream, StreamId};
 use crate::types::error::{ArenaError, Result};
 use std::time::Instant;
 
+mod forks;
 pub mod picture;
 pub(crate) mod recorder;
 mod recording_files;

@@ -82,6 +82,9 @@ struct Spool {
     thread: Option<JoinHandle<Written>>,
     /// Set by the writer thread on a write error.
     failed: Arc<AtomicBool>,
+    /// The process's fork count when the writer thread started (`forks.rs`): in a child
+    /// forked since, that thread does not exist.
+    forks: u64,
 }
 
 impl Spool {
@@ -99,6 +102,7 @@ impl Spool {
         let failed = Arc::new(AtomicBool::new(false));
         let thread_failed = failed.clone();
         let thread_label = label.to_string();
+        let forks = super::forks::count();
         let thread = std::thread::Builder::new()
             .name("cuda-arena-recorder".into())
             .spawn(move || {
@@ -125,10 +129,21 @@ impl Spool {
             empty,
             thread: Some(thread),
             failed,
+            forks,
         })
     }
 
+    /// Whether this is a child forked since the recording started, whose copy of it has no
+    /// writer: it stops, and never writes to the parent's file.
+    fn forked(&self) -> bool {
+        super::forks::forked_since(self.forks)
+    }
+
     fn push(&mut self, op: &TraceOp) {
+        if self.forked() {
+            // Before anything waits on the writer thread that is not here.
+            return;
+        }
         // Writing to a `Vec` cannot fail.
         let _ = write_op(op, &mut self.buf);
         self.ops_in_buf += 1;
@@ -153,11 +168,24 @@ impl Spool {
     }
 
     fn failed(&self) -> bool {
-        self.failed.load(Ordering::Relaxed)
+        self.failed.load(Ordering::Relaxed) || self.forked()
     }
 
     /// Writes what is buffered, waits for the writer and says what it wrote.
     fn finish(mut self) -> Written {
+        if self.forked() {
+            // The writer thread is the parent's: neither joined nor detached here (its handle
+            // names no thread of this process), and nothing is written.
+            std::mem::forget(self.thread.take());
+            return Written {
+                error: Some(format!(
+                    "this process (pid {}) was forked from the one recording after the \
+                     recording started: the recording and its file stay with that process",
+                    std::process::id()
+                )),
+                ..Written::default()
+            };
+        }
         if !self.buf.is_empty() {
             self.hand_off();
         }
