@@ -64,7 +64,7 @@ fn open_without_waiting(path: &str) -> std::io::Result<File> {
     }
     let file = options.open(path).map_err(|e| {
         #[cfg(unix)]
-        if e.raw_os_error() == Some(libc::ENXIO) {
+        if e.raw_os_error() == Some(libc::ENXIO) && is_fifo(path) {
             return std::io::Error::new(
                 e.kind(),
                 "it is a FIFO that no process has open for reading (start the reader first)",
@@ -88,6 +88,13 @@ fn open_without_waiting(path: &str) -> std::io::Result<File> {
         }
     }
     Ok(file)
+}
+
+/// Whether `path` names a FIFO (`ENXIO` is also what opening a socket gives).
+#[cfg(unix)]
+fn is_fifo(path: &str) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(path).is_ok_and(|m| m.file_type().is_fifo())
 }
 
 /// Opens `path` for `who`'s recording, empty: refused (`ERR_ARENA_INVALID_ARGUMENT`, naming the
@@ -269,6 +276,18 @@ mod tests {
         let mut got = String::new();
         reader.read_to_string(&mut got).expect("read");
         assert_eq!(got, "line\n");
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_socket_is_refused_with_the_systems_reason_not_called_a_fifo() {
+        let path = temp("socket");
+        let _ = std::fs::remove_file(&path);
+        let _listener = std::os::unix::net::UnixListener::bind(&path).expect("bind");
+        let e = open_for_recording(path.to_str().expect("utf-8"), "one").expect_err("refused");
+        assert_eq!(e.code(), "ERR_ARENA_INVALID_ARGUMENT");
+        assert!(!e.to_string().contains("FIFO"), "{e}");
         let _ = std::fs::remove_file(&path);
     }
 }
